@@ -1,14 +1,115 @@
 """The `specfleet` / `kubectl specfleet` command line."""
 
-import typer
+import sys
+from pathlib import Path
+from typing import Annotated, Any
 
+import typer
+import yaml
+from rich.console import Console
+
+from specfleet import __version__
+from specfleet.api.crd import crd_yaml
+from specfleet.api.problems import InvalidSpecError, Severity
+from specfleet.api.resource import SpeculativeDeployment
 from specfleet.devcluster.cli import app as dev_app
+from specfleet.render.manifests import Track, render
+from specfleet.validation import errors, validate_document
 
 app = typer.Typer(
     help="specfleet: canary speculative-decoding configs for vLLM fleets on Kubernetes.",
     no_args_is_help=True,
+    pretty_exceptions_enable=False,
 )
 app.add_typer(dev_app, name="dev")
+
+stderr = Console(stderr=True)
+
+FileOption = Annotated[
+    Path,
+    typer.Option("--filename", "-f", help="SpeculativeDeployment manifest (YAML; '-' reads standard input)."),
+]
+
+
+def _load_documents(path: Path) -> list[Any]:
+    try:
+        text = sys.stdin.read() if str(path) == "-" else path.read_text()
+    except OSError as error:
+        stderr.print(f"[red]error:[/] cannot read {path}: {error.strerror}")
+        raise typer.Exit(2) from error
+    try:
+        return [doc for doc in yaml.safe_load_all(text) if doc is not None]
+    except yaml.YAMLError as error:
+        stderr.print(f"[red]error:[/] {path} is not valid YAML: {error}")
+        raise typer.Exit(1) from error
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"specfleet {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version_callback, is_eager=True, help="Print the version.")
+    ] = False,
+) -> None:
+    """specfleet: canary speculative-decoding configs for vLLM fleets on Kubernetes."""
+
+
+@app.command()
+def crd() -> None:
+    """Print the SpeculativeDeployment CRD, generated from the API models."""
+    typer.echo(crd_yaml(), nl=False)
+
+
+@app.command()
+def validate(filename: FileOption) -> None:
+    """Check SpeculativeDeployments offline: schema, cross-field rules, vLLM version support, budgets.
+
+    Prints one line per problem, naming the field. Exits 0 when valid (warnings allowed), 1 otherwise.
+    """
+    documents = _load_documents(filename)
+    if not documents:
+        stderr.print(f"[red]error:[/] {filename} holds no document")
+        raise typer.Exit(1)
+    failed = False
+    for index, document in enumerate(documents):
+        name = (document.get("metadata") or {}).get("name") if isinstance(document, dict) else None
+        label = name or f"document {index + 1}"
+        problems = validate_document(document)
+        for problem in problems:
+            colour = "yellow" if problem.severity is Severity.WARNING else "red"
+            typer.echo(f"{label}: {problem}", err=colour == "yellow")
+        if errors(problems):
+            failed = True
+        elif not problems:
+            stderr.print(f"[green]{label}: valid[/]")
+    raise typer.Exit(1 if failed else 0)
+
+
+@app.command(name="render")
+def render_command(
+    filename: FileOption,
+    track: Annotated[Track, typer.Option(help="Which track to render.")] = Track.STABLE,
+) -> None:
+    """Print the Kubernetes objects a SpeculativeDeployment becomes, as multi-document YAML."""
+    manifests = []
+    for document in _load_documents(filename):
+        problems = errors(validate_document(document))
+        if problems:
+            for problem in problems:
+                stderr.print(f"[red]error:[/] {problem}")
+            raise typer.Exit(1)
+        try:
+            manifests += render(SpeculativeDeployment.from_mapping(document), track)
+        except InvalidSpecError as error:
+            for problem in error.problems:
+                stderr.print(f"[red]error:[/] {problem}")
+            raise typer.Exit(1) from error
+    typer.echo(yaml.safe_dump_all(manifests, sort_keys=False, width=120), nl=False)
 
 
 def main() -> None:

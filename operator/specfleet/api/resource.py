@@ -1,0 +1,51 @@
+"""The `SpeculativeDeployment` kind: names, the whole object, and parsing it from YAML or the API."""
+
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from specfleet.api.base import ApiModel
+from specfleet.api.spec import SpeculativeDeploymentSpec
+from specfleet.api.status import SpeculativeDeploymentStatus
+
+GROUP = "specfleet.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "SpeculativeDeployment"
+PLURAL = "speculativedeployments"
+SINGULAR = "speculativedeployment"
+SHORT_NAMES = ("sdep", "specdeploy")
+CATEGORIES = ("specfleet",)
+
+MAX_NAME_LENGTH = 50
+"""Child names are `<name>-canary` and so on, and Service names are DNS-1035 labels of 63 at most."""
+NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
+
+class ObjectMeta(ApiModel):
+    """The parts of metadata specfleet reads; the rest passes through untouched."""
+
+    model_config = ApiModel.model_config | {"extra": "ignore"}
+
+    name: Annotated[str, Field(min_length=1, max_length=MAX_NAME_LENGTH, pattern=NAME_PATTERN)]
+    namespace: str = "default"
+    uid: str | None = None
+    generation: int | None = None
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+
+
+class SpeculativeDeployment(ApiModel):
+    """A whole SpeculativeDeployment object as stored by the API server."""
+
+    api_version: Annotated[str, Field(pattern=f"^{GROUP}/{VERSION}$")] = API_VERSION
+    kind: Annotated[str, Field(pattern=f"^{KIND}$")] = KIND
+    metadata: ObjectMeta
+    spec: SpeculativeDeploymentSpec
+    status: SpeculativeDeploymentStatus = SpeculativeDeploymentStatus()
+
+    @classmethod
+    def from_mapping(cls, body: Mapping[str, Any]) -> "SpeculativeDeployment":
+        """Parse a manifest or an API body (kopf's Body is a Mapping too)."""
+        return cls.model_validate(dict(body))

@@ -1,0 +1,516 @@
+"""`SpeculativeDeployment.spec`: what the user asks for.
+
+Field docstrings become the CRD's descriptions (and the generated field reference), so they are
+written for the person editing the YAML.
+"""
+
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import Field, JsonValue, WithJsonSchema
+
+from specfleet.api.base import ApiModel, Rule
+from specfleet.api.durations import DURATION_PATTERN
+from specfleet.hardware import GPU_RESOURCE
+
+DEFAULT_NUM_SPECULATIVE_TOKENS = 5
+"""k when the user sets none: the seeds' advice is to start at 4 or 5."""
+
+DEEP_SPECULATION_WARNING = 8
+"""Above this depth speculation rarely pays; `specfleet validate` warns."""
+
+ARGV_VALUE_PATTERN = r"^[^-\r\n][^\r\n]*$"
+"""A value that ends up as one argv element: no line breaks, and no leading `-` (it would read as a flag)."""
+
+ArgvValue = Annotated[str, Field(min_length=1, max_length=512, pattern=ARGV_VALUE_PATTERN)]
+Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=32)]
+LabelValue = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")]
+ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]
+Fraction = Annotated[float, Field(ge=0, le=1)]
+
+
+class SpeculativeMethod(StrEnum):
+    """vLLM's `method` values (`vllm/config/speculative.py`); which exist depends on the vLLM version."""
+
+    NONE = "none"
+    DRAFT_MODEL = "draft_model"
+    EAGLE = "eagle"
+    EAGLE3 = "eagle3"
+    MEDUSA = "medusa"
+    MLP_SPECULATOR = "mlp_speculator"
+    MTP = "mtp"
+    NGRAM = "ngram"
+    NGRAM_GPU = "ngram_gpu"
+    SUFFIX = "suffix"
+    DFLASH = "dflash"
+    DSPARK = "dspark"
+
+
+METHODS_WITH_DRAFT_MODEL = frozenset(
+    {
+        SpeculativeMethod.DRAFT_MODEL,
+        SpeculativeMethod.EAGLE,
+        SpeculativeMethod.EAGLE3,
+        SpeculativeMethod.MEDUSA,
+        SpeculativeMethod.MLP_SPECULATOR,
+        SpeculativeMethod.DFLASH,
+        SpeculativeMethod.DSPARK,
+    }
+)
+"""Methods whose drafter is a separate model, named in `speculative.model`."""
+
+MODEL_FREE_METHODS = frozenset(
+    {SpeculativeMethod.NONE, SpeculativeMethod.NGRAM, SpeculativeMethod.NGRAM_GPU, SpeculativeMethod.SUFFIX}
+)
+"""Methods that draft without a model: a `speculative.model` there is a mistake."""
+
+PROMPT_LOOKUP_METHODS = frozenset({SpeculativeMethod.NGRAM, SpeculativeMethod.NGRAM_GPU})
+
+
+def _cel_list(values: frozenset[str] | tuple[str, ...]) -> str:
+    return "[" + ", ".join(f"'{v}'" for v in sorted(values)) + "]"
+
+
+class ModelSpec(ApiModel):
+    """The target model that vLLM serves."""
+
+    name: ArgvValue
+    """Hugging Face hub id (`meta-llama/Llama-3.1-70B-Instruct`) or a path inside the model cache."""
+    revision: ArgvValue | None = None
+    """Hub revision (branch, tag or commit) to pin; strongly advised, so a canary compares like with like."""
+    served_model_name: LabelValue | None = None
+    """Name clients and metrics use (`model_name` label); defaults to `name`."""
+    size_gib: Annotated[float, Field(gt=0, le=4096)] | None = Field(default=None, alias="sizeGiB")
+    """Size of the weights in GiB, a hint for start-up budgets and memory checks."""
+
+
+class SuffixDecoding(ApiModel):
+    """Knobs of suffix decoding (method `suffix`); unset ones keep vLLM's defaults."""
+
+    max_tree_depth: Annotated[int, Field(ge=1, le=1024)] | None = None
+    """`suffix_decoding_max_tree_depth` (vLLM default 24)."""
+    max_cached_requests: Annotated[int, Field(ge=0, le=10_000_000)] | None = None
+    """`suffix_decoding_max_cached_requests` (vLLM default 10000)."""
+    max_spec_factor: Annotated[float, Field(gt=0, le=100)] | None = None
+    """`suffix_decoding_max_spec_factor` (vLLM default 1.0)."""
+    min_token_prob: Fraction | None = None
+    """`suffix_decoding_min_token_prob` (vLLM default 0.1)."""
+
+
+class BatchSizeDepth(ApiModel):
+    """One row of the batch-size schedule: batches of `start`..`end` requests speculate `numTokens` deep."""
+
+    start: Annotated[int, Field(ge=1, le=1_000_000)]
+    end: Annotated[int, Field(ge=1, le=1_000_000)]
+    num_tokens: Annotated[int, Field(ge=0, le=64)]
+    """Depth for this range; 0 switches speculation off for large batches, where it costs more than it saves."""
+
+    rules = (Rule(cel="self.start <= self.end", message="start must be <= end", holds=lambda s: s.start <= s.end),)
+
+
+RESERVED_SPECULATIVE_KEYS = (
+    "method",
+    "model",
+    "num_speculative_tokens",
+    "draft_tensor_parallel_size",
+    "quantization",
+    "max_model_len",
+    "revision",
+    "prompt_lookup_min",
+    "prompt_lookup_max",
+    "suffix_decoding_max_tree_depth",
+    "suffix_decoding_max_cached_requests",
+    "suffix_decoding_max_spec_factor",
+    "suffix_decoding_min_token_prob",
+    "num_speculative_tokens_per_batch_size",
+    "draft_sample_method",
+    "parallel_drafting",
+    "tensor_parallel_size",
+)
+"""Keys `extra` may not set: typed fields own them (and vLLM rejects `tensor_parallel_size` here)."""
+
+
+class SpeculativeSpec(ApiModel):
+    """The speculative-decoding config: every change of it is canaried."""
+
+    method: SpeculativeMethod
+    """Drafting method; `none` serves without speculation (a baseline)."""
+    model: ArgvValue | None = None
+    """The drafter model (hub id or path); required by draft_model, eagle, eagle3, medusa, mlp_speculator,
+    dflash and dspark."""
+    revision: ArgvValue | None = None
+    """Hub revision of the drafter model."""
+    size_gib: Annotated[float, Field(gt=0, le=4096)] | None = Field(default=None, alias="sizeGiB")
+    """Size of the drafter's weights in GiB, used to check that the drafter fits the memory budget."""
+    num_speculative_tokens: Annotated[int, Field(ge=1, le=64)] | None = None
+    """Depth k: tokens drafted per step. Default 5; above 8 rarely pays."""
+    draft_tensor_parallel_size: Annotated[int, Field(ge=1, le=64)] | None = None
+    """Tensor parallelism of the drafter: 1 or the target's tensorParallelSize."""
+    quantization: ArgvValue | None = None
+    """Quantization of the drafter only."""
+    max_model_len: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
+    """Context length of the drafter."""
+    draft_sample_method: Annotated[str, Field(pattern="^(greedy|probabilistic)$")] | None = None
+    """`greedy` or `probabilistic` drafting (vLLM versions that support it)."""
+    parallel_drafting: bool | None = None
+    """Draft all positions in one pass (eagle, draft_model; always on for dflash and dspark)."""
+    prompt_lookup_min: Annotated[int, Field(ge=1, le=64)] | None = None
+    """Shortest n-gram matched in the prompt (ngram methods; vLLM default 5)."""
+    prompt_lookup_max: Annotated[int, Field(ge=1, le=64)] | None = None
+    """Longest n-gram matched in the prompt (ngram methods; vLLM default 5)."""
+    suffix_decoding: SuffixDecoding | None = None
+    """Suffix decoding knobs (method `suffix` only)."""
+    num_speculative_tokens_per_batch_size: Annotated[list[BatchSizeDepth], Field(max_length=32)] | None = None
+    """Batch-size schedule of the depth: speculate less, or not at all, when the batch is large."""
+    extra: (
+        Annotated[
+            dict[str, JsonValue],
+            Field(max_length=32),
+            WithJsonSchema({"type": "object", "maxProperties": 32, "x-kubernetes-preserve-unknown-fields": True}),
+        ]
+        | None
+    ) = None
+    """Further `--speculative-config` keys, passed to vLLM as they are (snake_case), for keys newer than
+    specfleet knows. Keys that a typed field above owns are refused."""
+
+    rules = (
+        Rule(
+            cel=f"self.method in {_cel_list(METHODS_WITH_DRAFT_MODEL)} ? has(self.model) : true",
+            message="model is required for methods draft_model, eagle, eagle3, medusa, mlp_speculator, "
+            "dflash and dspark",
+            field_path=".model",
+            holds=lambda s: s.method not in METHODS_WITH_DRAFT_MODEL or s.model is not None,
+        ),
+        Rule(
+            cel=f"self.method in {_cel_list(MODEL_FREE_METHODS)} ? !has(self.model) : true",
+            message="model must not be set for methods none, ngram, ngram_gpu and suffix: they draft without a model",
+            field_path=".model",
+            holds=lambda s: s.method not in MODEL_FREE_METHODS or s.model is None,
+        ),
+        Rule(
+            cel="has(self.promptLookupMin) && has(self.promptLookupMax) ? "
+            "self.promptLookupMin <= self.promptLookupMax : true",
+            message="promptLookupMin must be <= promptLookupMax",
+            field_path=".promptLookupMin",
+            holds=lambda s: (
+                s.prompt_lookup_min is None or s.prompt_lookup_max is None or s.prompt_lookup_min <= s.prompt_lookup_max
+            ),
+        ),
+        Rule(
+            cel=f"has(self.promptLookupMin) || has(self.promptLookupMax) ? "
+            f"self.method in {_cel_list(PROMPT_LOOKUP_METHODS)} : true",
+            message="promptLookupMin and promptLookupMax apply only to methods ngram and ngram_gpu",
+            field_path=".method",
+            holds=lambda s: (
+                (s.prompt_lookup_min is None and s.prompt_lookup_max is None) or s.method in PROMPT_LOOKUP_METHODS
+            ),
+        ),
+        Rule(
+            cel="has(self.suffixDecoding) ? self.method == 'suffix' : true",
+            message="suffixDecoding applies only to method suffix",
+            field_path=".suffixDecoding",
+            holds=lambda s: s.suffix_decoding is None or s.method == SpeculativeMethod.SUFFIX,
+        ),
+        Rule(
+            cel=f"has(self.extra) ? !self.extra.exists(k, k in {_cel_list(RESERVED_SPECULATIVE_KEYS)}) : true",
+            message="extra must not set keys that typed fields own (method, model, num_speculative_tokens, "
+            "draft_tensor_parallel_size, prompt_lookup_*, suffix_decoding_*, ...) nor tensor_parallel_size",
+            field_path=".extra",
+            holds=lambda s: not set(s.extra or {}) & set(RESERVED_SPECULATIVE_KEYS),
+        ),
+    )
+
+
+MANAGED_ENGINE_FLAGS = (
+    "--model",
+    "--served-model-name",
+    "--tensor-parallel-size",
+    "-tp",
+    "--speculative-config",
+    "--port",
+    "--host",
+    "--max-model-len",
+    "--gpu-memory-utilization",
+    "--max-num-seqs",
+    "--dtype",
+    "--quantization",
+    "--revision",
+    "--download-dir",
+)
+"""Flags specfleet renders itself: `extraArgs` may not set them a second time."""
+
+
+class EnvVar(ApiModel):
+    """A plain environment variable for the vLLM container (e.g. `VLLM_ROCM_USE_AITER=1`)."""
+
+    name: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+    value: Annotated[str, Field(max_length=4096, pattern=r"^[^\r\n]*$")] = ""
+
+
+class Dtype(StrEnum):
+    AUTO = "auto"
+    HALF = "half"
+    FLOAT16 = "float16"
+    BFLOAT16 = "bfloat16"
+    FLOAT = "float"
+    FLOAT32 = "float32"
+
+
+DEFAULT_VLLM_VERSION = "0.33.0"
+
+
+class EngineSpec(ApiModel):
+    """The vLLM engine: image, version and serving options."""
+
+    image: Annotated[str, Field(min_length=1, max_length=512, pattern=r"^[^\s]+$")] | None = None
+    """Serving image; defaults to specfleet's ROCm vLLM image for `vllmVersion`."""
+    vllm_version: Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+(\.[0-9]+)?$", max_length=32)] = DEFAULT_VLLM_VERSION
+    """vLLM version inside the image: decides which speculative methods and keys are valid."""
+    tensor_parallel_size: Annotated[int, Field(ge=1, le=64)] = 1
+    """GPUs the target model is split over (`--tensor-parallel-size`)."""
+    max_model_len: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
+    """Context length (`--max-model-len`)."""
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
+    """Fraction of each GPU's memory vLLM may use (`--gpu-memory-utilization`)."""
+    max_num_seqs: Annotated[int, Field(ge=1, le=100_000)] | None = None
+    """Largest batch (`--max-num-seqs`)."""
+    dtype: Dtype = Dtype.AUTO
+    """Weights and activations dtype (`--dtype`)."""
+    quantization: ArgvValue | None = None
+    """Quantization of the target model (`--quantization`, e.g. `fp8`)."""
+    extra_args: Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=1024, pattern=r"^[^\r\n]*$")]],
+        Field(max_length=64),
+    ] = []
+    """More `vllm serve` arguments, one list item per argv element (never a shell string)."""
+    env: Annotated[list[EnvVar], Field(max_length=64)] = []
+    """Extra environment variables."""
+    startup_timeout_seconds: Annotated[int, Field(ge=60, le=86_400)] | None = None
+    """How long the model may take to load before Kubernetes restarts it; by default sized from the model."""
+
+    rules = (
+        Rule(
+            cel=f"self.extraArgs.all(a, !{_cel_list(MANAGED_ENGINE_FLAGS)}.exists(f, a == f || a.startsWith(f + '=')))",
+            message="extraArgs must not repeat flags that specfleet renders (--speculative-config, "
+            "--tensor-parallel-size, --port, ...): use the typed fields",
+            field_path=".extraArgs",
+            holds=lambda e: (
+                not any(
+                    arg == flag or arg.startswith(flag + "=") for arg in e.extra_args for flag in MANAGED_ENGINE_FLAGS
+                )
+            ),
+        ),
+    )
+
+
+class TolerationOperator(StrEnum):
+    EXISTS = "Exists"
+    EQUAL = "Equal"
+
+
+class TaintEffect(StrEnum):
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+class Toleration(ApiModel):
+    """A Kubernetes toleration, for GPU nodes that carry taints."""
+
+    key: Annotated[str, Field(max_length=316)] | None = None
+    operator: TolerationOperator = TolerationOperator.EQUAL
+    value: Annotated[str, Field(max_length=63)] | None = None
+    effect: TaintEffect | None = None
+    toleration_seconds: int | None = None
+
+
+GPU_TOLERATION = Toleration(key=GPU_RESOURCE, operator=TolerationOperator.EXISTS, effect=TaintEffect.NO_SCHEDULE)
+
+
+class AcceleratorSpec(ApiModel):
+    """Where the pods run: AMD Instinct GPUs, by resource and product."""
+
+    resource_name: Annotated[str, Field(max_length=253, pattern=r"^[a-z0-9.-]+/[a-z0-9_.-]+$")] = GPU_RESOURCE
+    """Extended resource the device plugin advertises (`amd.com/gpu`; partitioned GPUs e.g. `amd.com/cpx_nps4`)."""
+    count: Annotated[int, Field(ge=1, le=64)] | None = None
+    """GPUs per replica; defaults to engine.tensorParallelSize."""
+    product_names: Annotated[list[LabelValue], Field(max_length=16)] = []
+    """Accepted `amd.com/gpu.product-name` values, e.g. `AMD_Instinct_MI300X_OAM`; empty accepts any."""
+    require_node_feature_label: bool = False
+    """Also require `feature.node.kubernetes.io/amd-gpu=true` (set by the AMD GPU Operator's NFD rules)."""
+    tolerations: Annotated[list[Toleration], Field(max_length=32)] = [GPU_TOLERATION]
+    """Tolerations for GPU node taints; by default tolerates `amd.com/gpu:NoSchedule`."""
+    supplemental_groups: Annotated[list[Annotated[int, Field(ge=0, le=2_147_483_647)]], Field(max_length=8)] = [44]
+    """Groups that may open /dev/kfd and /dev/dri: video (44) and, on hosts that need it, the render group."""
+
+
+class SecretKeyRef(ApiModel):
+    """A key of a Secret in the SpeculativeDeployment's namespace."""
+
+    name: ObjectName
+    key: Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")] = "token"
+
+
+class StorageSpec(ApiModel):
+    """Model cache and hub credentials."""
+
+    model_cache_claim: ObjectName | None = None
+    """PersistentVolumeClaim holding the Hugging Face cache; without it each pod downloads into an emptyDir."""
+    hf_token_secret: SecretKeyRef | None = None
+    """Secret with a Hugging Face token, given to vLLM as HF_TOKEN."""
+    shm_size_gib: Annotated[int, Field(ge=1, le=1024)] | None = Field(default=None, alias="shmSizeGiB")
+    """Size of /dev/shm; by default 8 GiB, plus 2 GiB per extra tensor-parallel rank."""
+
+
+class Pause(ApiModel):
+    """How long a step holds. Without `duration` it waits for `kubectl specfleet promote`."""
+
+    duration: Duration | None = None
+
+
+class Step(ApiModel):
+    """One canary step: send `weight` percent of traffic to the canary, then pause."""
+
+    weight: Annotated[int, Field(ge=1, le=100)]
+    """Canary share of traffic in percent."""
+    pause: Pause | None = None
+    """Hold after the weight is set; without it the step ends at its first passing analysis."""
+
+
+DEFAULT_STEPS = [Step(weight=10, pause=Pause(duration="5m")), Step(weight=50, pause=Pause(duration="10m"))]
+
+
+class FallbackAction(StrEnum):
+    ROLLBACK = "Rollback"
+    PAUSE = "Pause"
+
+
+class Fallback(ApiModel):
+    """What to do when the canary cannot be judged for a while. It is never promoted meanwhile."""
+
+    after: Duration
+    """How long the rollout holds before acting."""
+    action: FallbackAction = FallbackAction.ROLLBACK
+    """`Rollback` returns traffic to stable; `Pause` waits for a human."""
+
+
+class AnalysisSpec(ApiModel):
+    """How often and over what window the canary is measured."""
+
+    interval: Duration = "1m"
+    """Time between two analyses while a canary is live."""
+    window: Duration = "5m"
+    """PromQL range over which rates and quantiles are computed."""
+    failure_limit: Annotated[int, Field(ge=0, le=100)] = 1
+    """Failed analyses tolerated per revision; one more rolls back."""
+    on_no_data: Fallback = Fallback(after="10m", action=FallbackAction.ROLLBACK)
+    """When results stay inconclusive (too few samples, empty or NaN answers)."""
+    on_provider_error: Fallback = Fallback(after="10m", action=FallbackAction.PAUSE)
+    """When Prometheus is unreachable or answers badly."""
+
+
+class Guardrails(ApiModel):
+    """Limits a canary must respect; set before the canary starts, never tuned during it."""
+
+    min_acceptance_rate: Fraction = 0.6
+    """Lowest accepted/drafted token ratio."""
+    max_itl_p95_regression: Annotated[float, Field(ge=0, le=10)] = 0.1
+    """Largest relative increase of p95 inter-token latency over the stable track in the same window
+    (0.1 = 10% slower)."""
+    max_itl_p95_seconds: Annotated[float, Field(gt=0, le=3600)] | None = None
+    """Optional absolute ceiling on canary p95 inter-token latency."""
+    max_error_rate: Fraction = 0.01
+    """Largest share of requests that end in error or abort."""
+    min_draft_tokens: Annotated[int, Field(ge=0, le=1_000_000_000)] = 500
+    """Drafted tokens a window needs before its acceptance rate counts."""
+    min_requests: Annotated[int, Field(ge=0, le=1_000_000_000)] = 20
+    """Finished requests a window needs before its latency and errors count."""
+
+
+class HTTPRouteRef(ApiModel):
+    """A Gateway API HTTPRoute whose backend weights specfleet sets."""
+
+    name: ObjectName
+    namespace: ObjectName | None = None
+    """Defaults to the SpeculativeDeployment's namespace."""
+
+
+class TrafficRouting(ApiModel):
+    """How traffic is split. Without it, by ready replicas behind one Service."""
+
+    http_route: HTTPRouteRef | None = None
+
+
+class RolloutSpec(ApiModel):
+    """How a change of the serving config is canaried and judged."""
+
+    steps: Annotated[list[Step], Field(min_length=1, max_length=20)] = DEFAULT_STEPS
+    """Canary steps; weights strictly increasing. After the last one the canary is promoted."""
+    analysis: AnalysisSpec = AnalysisSpec()
+    guardrails: Guardrails = Guardrails()
+    progress_deadline: Duration = "30m"
+    """How long the canary's pods may take to become Ready (model loading included) before it is aborted."""
+    auto_rollback: bool = True
+    """Roll back by itself when a guardrail fails; false pauses for a human instead."""
+    traffic_routing: TrafficRouting | None = None
+    history_limit: Annotated[int, Field(ge=1, le=50)] = 10
+    """Revisions kept in status.history."""
+
+    rules = (
+        Rule(
+            cel="self.steps.map(s, s.weight).isSorted() && self.steps.all(s, self.steps.exists_one(t, "
+            "t.weight == s.weight))",
+            message="steps[].weight must be strictly increasing",
+            field_path=".steps",
+            holds=lambda r: all(a.weight < b.weight for a, b in zip(r.steps, r.steps[1:], strict=False)),
+        ),
+    )
+
+
+class PrometheusSpec(ApiModel):
+    """The Prometheus that scrapes the vLLM pods; without it the operator's default is used."""
+
+    url: Annotated[str, Field(max_length=2048, pattern=r"^https?://[^\s]+$")] | None = None
+    """Base URL, e.g. `http://prometheus-operated.monitoring:9090`."""
+    auth_secret: SecretKeyRef | None = None
+    """Secret holding a bearer token for Prometheus."""
+
+
+class SpeculativeDeploymentSpec(ApiModel):
+    """A vLLM fleet with a speculative-decoding config that is canaried on every change."""
+
+    replicas: Annotated[int, Field(ge=0, le=10_000)] = 1
+    """vLLM replicas serving the model (each holds accelerator.count GPUs)."""
+    model: ModelSpec
+    speculative: SpeculativeSpec
+    engine: EngineSpec = EngineSpec()
+    accelerator: AcceleratorSpec = AcceleratorSpec()
+    storage: StorageSpec = StorageSpec()
+    rollout: RolloutSpec = RolloutSpec()
+    prometheus: PrometheusSpec = PrometheusSpec()
+
+    rules = (
+        Rule(
+            cel="has(self.speculative.model) ? self.speculative.model != self.model.name : true",
+            message="speculative.model must not be the target model itself",
+            field_path=".speculative.model",
+            holds=lambda s: s.speculative.model != s.model.name,
+        ),
+        Rule(
+            cel="has(self.speculative.draftTensorParallelSize) ? self.speculative.draftTensorParallelSize == 1 "
+            "|| self.speculative.draftTensorParallelSize == self.engine.tensorParallelSize : true",
+            message="speculative.draftTensorParallelSize must be 1 or engine.tensorParallelSize",
+            field_path=".speculative.draftTensorParallelSize",
+            holds=lambda s: s.speculative.draft_tensor_parallel_size in (None, 1, s.engine.tensor_parallel_size),
+        ),
+        Rule(
+            cel="has(self.accelerator.count) ? self.accelerator.count >= self.engine.tensorParallelSize : true",
+            message="accelerator.count must be >= engine.tensorParallelSize",
+            field_path=".accelerator.count",
+            holds=lambda s: s.accelerator.count is None or s.accelerator.count >= s.engine.tensor_parallel_size,
+        ),
+    )
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.accelerator.count or self.engine.tensor_parallel_size

@@ -1,0 +1,136 @@
+"""`SpeculativeDeployment.status`: all rollout state, so a restarted operator loses nothing."""
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import Field
+
+from specfleet.api.base import ApiModel
+
+HISTORY_MAX = 50
+ShortText = Annotated[str, Field(max_length=1024)]
+
+
+class Phase(StrEnum):
+    """Where the fleet is, in the words Argo Rollouts users already know."""
+
+    PENDING = "Pending"
+    PROGRESSING = "Progressing"
+    PAUSED = "Paused"
+    HEALTHY = "Healthy"
+    DEGRADED = "Degraded"
+    ABORTED = "Aborted"
+    ROLLED_BACK = "RolledBack"
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(ApiModel):
+    """A Kubernetes-convention condition (`type`, `status`, `reason`, `message`)."""
+
+    type: Annotated[str, Field(max_length=316)]
+    status: ConditionStatus
+    reason: Annotated[str, Field(max_length=1024)] = ""
+    """CamelCase, machine-readable cause."""
+    message: Annotated[str, Field(max_length=32768)] = ""
+    last_transition_time: datetime | None = None
+    observed_generation: int | None = None
+
+
+class Verdict(StrEnum):
+    """The four outcomes of an analysis; each has its own policy."""
+
+    PASS = "Pass"
+    FAIL = "Fail"
+    INCONCLUSIVE = "Inconclusive"
+    ERROR = "Error"
+
+
+class Measurements(ApiModel):
+    """What Prometheus said about one track over the analysis window. Missing values stay unset."""
+
+    acceptance_rate: float | None = None
+    """Accepted / drafted tokens."""
+    mean_accepted_length: float | None = None
+    """Tokens per target pass, the bonus token included (at most k+1)."""
+    acceptance_per_position: Annotated[list[float], Field(max_length=64)] = []
+    """Share of drafts whose token at position i was accepted."""
+    itl_p50_seconds: float | None = None
+    itl_p95_seconds: float | None = None
+    ttft_p95_seconds: float | None = None
+    error_rate: float | None = None
+    generation_tokens_per_second: float | None = None
+    draft_tokens: float | None = None
+    """Tokens drafted in the window (the sample size behind the acceptance rate)."""
+    requests: float | None = None
+    """Requests finished in the window (the sample size behind latency and errors)."""
+
+
+class Analysis(ApiModel):
+    """The last judgement of a canary, with the evidence."""
+
+    time: datetime
+    revision: Annotated[str, Field(max_length=63)]
+    step: int
+    verdict: Verdict
+    reasons: Annotated[list[ShortText], Field(max_length=32)] = []
+    """Why: the failed guardrails with their numbers, or what was missing."""
+    canary: Measurements = Measurements()
+    stable: Measurements = Measurements()
+
+
+class Outcome(StrEnum):
+    PROMOTED = "Promoted"
+    ROLLED_BACK = "RolledBack"
+    ABORTED = "Aborted"
+    SUPERSEDED = "Superseded"
+
+
+class HistoryEntry(ApiModel):
+    """One revision that was canaried, and how it ended."""
+
+    revision: Annotated[str, Field(max_length=63)]
+    outcome: Outcome
+    time: datetime
+    reason: ShortText = ""
+    summary: ShortText = ""
+    """The speculative config in a few words, e.g. `eagle3 k=5 yuhuili/EAGLE3-LLaMA3.1-Instruct-8B`."""
+    acceptance_rate: float | None = None
+    itl_p95_seconds: float | None = None
+
+
+class TrackReplicas(ApiModel):
+    stable: int = 0
+    canary: int = 0
+
+
+class SpeculativeDeploymentStatus(ApiModel):
+    """Observed state and the rollout's progress."""
+
+    phase: Phase = Phase.PENDING
+    observed_generation: int | None = None
+    conditions: Annotated[list[Condition], Field(max_length=16)] = []
+    stable_revision: Annotated[str, Field(max_length=63)] | None = None
+    canary_revision: Annotated[str, Field(max_length=63)] | None = None
+    current_step: int | None = None
+    """Index into spec.rollout.steps of the step in progress."""
+    canary_weight: Annotated[int, Field(ge=0, le=100)] = 0
+    """Canary share of traffic, percent."""
+    step_started_at: datetime | None = None
+    canary_started_at: datetime | None = None
+    failed_analyses: int = 0
+    """Failed analyses of the current canary revision."""
+    unjudged_since: datetime | None = None
+    """Start of the current run of inconclusive or errored analyses."""
+    replicas: int = 0
+    """Ready replicas over all tracks (the scale subresource reads it)."""
+    ready_replicas: TrackReplicas = TrackReplicas()
+    selector: Annotated[str, Field(max_length=1024)] = ""
+    """Label selector of all the fleet's pods, for the scale subresource."""
+    last_analysis: Analysis | None = None
+    history: Annotated[list[HistoryEntry], Field(max_length=HISTORY_MAX)] = []

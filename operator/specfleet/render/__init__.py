@@ -1,0 +1,1 @@
+"""Pure rendering: a SpeculativeDeployment to vLLM argv and Kubernetes objects. No I/O here."""

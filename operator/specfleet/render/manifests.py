@@ -1,0 +1,252 @@
+"""SpeculativeDeployment -> the Deployments and Services that run it. Pure: dicts in, dicts out.
+
+Placement and ROCm needs follow AMD's device-plugin and vLLM's ROCm examples (shared/REFERENCE.md
+section 2): `amd.com/gpu` limits, required affinity on the node labeller's product name, /dev/shm as
+a memory emptyDir, seccomp Unconfined, the video group, and a start-up budget sized for model loading.
+"""
+
+import hashlib
+import json
+import math
+from enum import StrEnum
+from typing import Any
+
+from specfleet.api.durations import parse_duration
+from specfleet.api.resource import API_VERSION, KIND, SpeculativeDeployment
+from specfleet.api.spec import SpeculativeDeploymentSpec
+from specfleet.hardware import NODE_FEATURE_LABEL, PRODUCT_NAME_LABEL
+from specfleet.render.argv import VLLM_PORT, vllm_argv
+
+Manifest = dict[str, Any]
+
+LABEL_NAME = "specfleet.io/name"
+LABEL_TRACK = "specfleet.io/track"
+LABEL_REVISION = "specfleet.io/revision"
+FIELD_MANAGER = "specfleet"
+
+DEFAULT_IMAGE_REPOSITORY = "ghcr.io/specfleet/vllm-rocm"
+HF_HOME = "/cache/huggingface"
+SERVING_UID = 1000
+REVISION_LENGTH = 10
+
+
+class Track(StrEnum):
+    STABLE = "stable"
+    CANARY = "canary"
+
+
+def image(spec: SpeculativeDeploymentSpec) -> str:
+    return spec.engine.image or f"{DEFAULT_IMAGE_REPOSITORY}:v{spec.engine.vllm_version}"
+
+
+def revision(spec: SpeculativeDeploymentSpec) -> str:
+    """A stable hash of what changes serving behaviour: image, command line, env and placement.
+
+    Replicas, rollout settings and guardrails are left out, so changing them never starts a canary.
+    """
+    behaviour = {
+        "image": image(spec),
+        "argv": vllm_argv(spec),
+        "env": [e.model_dump(mode="json") for e in spec.engine.env],
+        "gpus": [spec.accelerator.resource_name, spec.gpus_per_replica],
+        "products": sorted(spec.accelerator.product_names),
+        "nodeFeature": spec.accelerator.require_node_feature_label,
+    }
+    digest = hashlib.sha256(json.dumps(behaviour, sort_keys=True).encode()).hexdigest()
+    return digest[:REVISION_LENGTH]
+
+
+def child_name(sdep: SpeculativeDeployment, track: Track | None = None) -> str:
+    return sdep.metadata.name if track is None else f"{sdep.metadata.name}-{track.value}"
+
+
+def selector_labels(sdep: SpeculativeDeployment, track: Track | None = None) -> dict[str, str]:
+    """Labels that select the fleet's pods (one track, or all): never the revision, which changes."""
+    labels = {LABEL_NAME: sdep.metadata.name}
+    if track is not None:
+        labels[LABEL_TRACK] = track.value
+    return labels
+
+
+def fleet_selector(sdep: SpeculativeDeployment) -> str:
+    """The label selector string the scale subresource reports."""
+    return ",".join(f"{k}={v}" for k, v in selector_labels(sdep).items())
+
+
+def _common_labels(sdep: SpeculativeDeployment) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "vllm",
+        "app.kubernetes.io/instance": sdep.metadata.name,
+        "app.kubernetes.io/managed-by": FIELD_MANAGER,
+        "app.kubernetes.io/part-of": "specfleet",
+    }
+
+
+def _metadata(sdep: SpeculativeDeployment, name: str, labels: dict[str, str]) -> Manifest:
+    meta: Manifest = {"name": name, "namespace": sdep.metadata.namespace, "labels": labels}
+    if sdep.metadata.uid:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": API_VERSION,
+                "kind": KIND,
+                "name": sdep.metadata.name,
+                "uid": sdep.metadata.uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    return meta
+
+
+def shm_size_gib(spec: SpeculativeDeploymentSpec) -> int:
+    """8 GiB as in AMD's example, plus 2 GiB per extra tensor-parallel rank (RCCL buffers live there)."""
+    return spec.storage.shm_size_gib or 8 + 2 * (spec.engine.tensor_parallel_size - 1)
+
+
+def startup_budget_seconds(spec: SpeculativeDeploymentSpec) -> int:
+    """How long loading may take: 10 minutes plus 10 s per GiB of weights (target and drafter), or 30 min."""
+    if spec.engine.startup_timeout_seconds:
+        return spec.engine.startup_timeout_seconds
+    sizes = [s for s in (spec.model.size_gib, spec.speculative.size_gib) if s is not None]
+    if not sizes:
+        return 1800
+    return int(600 + 10 * sum(sizes))
+
+
+def _probe(period: int, failures: int, timeout: int) -> Manifest:
+    return {
+        "httpGet": {"path": "/health", "port": "http"},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        "timeoutSeconds": timeout,
+    }
+
+
+def _env(spec: SpeculativeDeploymentSpec) -> list[Manifest]:
+    env: list[Manifest] = [{"name": "HF_HOME", "value": HF_HOME}]
+    secret = spec.storage.hf_token_secret
+    if secret is not None:
+        env += [
+            {"name": name, "valueFrom": {"secretKeyRef": {"name": secret.name, "key": secret.key}}}
+            for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+        ]
+    return env + [e.model_dump(mode="json") for e in spec.engine.env]
+
+
+def _affinity(spec: SpeculativeDeploymentSpec) -> Manifest | None:
+    expressions = []
+    if spec.accelerator.product_names:
+        expressions.append(
+            {"key": PRODUCT_NAME_LABEL, "operator": "In", "values": list(spec.accelerator.product_names)}
+        )
+    if spec.accelerator.require_node_feature_label:
+        expressions.append({"key": NODE_FEATURE_LABEL, "operator": "In", "values": ["true"]})
+    if not expressions:
+        return None
+    terms = [{"matchExpressions": expressions}]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
+def _volumes(spec: SpeculativeDeploymentSpec) -> list[Manifest]:
+    claim = spec.storage.model_cache_claim
+    cache: Manifest = {"persistentVolumeClaim": {"claimName": claim}} if claim else {"emptyDir": {}}
+    return [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_size_gib(spec)}Gi"}},
+        {"name": "model-cache", **cache},
+    ]
+
+
+def pod_template(sdep: SpeculativeDeployment, track: Track, rev: str) -> Manifest:
+    spec = sdep.spec
+    gpus = {spec.accelerator.resource_name: str(spec.gpus_per_replica)}
+    argv = vllm_argv(spec)
+    container = {
+        "name": "vllm",
+        "image": image(spec),
+        "command": argv[:2],
+        "args": argv[2:],
+        "ports": [{"name": "http", "containerPort": VLLM_PORT, "protocol": "TCP"}],
+        "env": _env(spec),
+        "resources": {"limits": gpus, "requests": dict(gpus)},
+        "volumeMounts": [
+            {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": "model-cache", "mountPath": HF_HOME},
+        ],
+        "startupProbe": _probe(period=10, failures=math.ceil(startup_budget_seconds(spec) / 10), timeout=5),
+        "readinessProbe": _probe(period=5, failures=3, timeout=3),
+        "livenessProbe": _probe(period=15, failures=4, timeout=10),
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+    }
+    pod_spec: Manifest = {
+        "containers": [container],
+        "volumes": _volumes(spec),
+        "tolerations": [t.model_dump(mode="json", exclude_none=True) for t in spec.accelerator.tolerations],
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": SERVING_UID,
+            "runAsGroup": SERVING_UID,
+            "fsGroup": SERVING_UID,
+            "supplementalGroups": list(spec.accelerator.supplemental_groups),
+            "seccompProfile": {"type": "Unconfined"},
+        },
+        "terminationGracePeriodSeconds": 60,
+        "enableServiceLinks": False,
+    }
+    affinity = _affinity(spec)
+    if affinity:
+        pod_spec["affinity"] = affinity
+    labels = {**_common_labels(sdep), **selector_labels(sdep, track), LABEL_REVISION: rev}
+    annotations = {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(VLLM_PORT),
+        "prometheus.io/path": "/metrics",
+    }
+    return {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod_spec}
+
+
+def deployment(sdep: SpeculativeDeployment, track: Track, rev: str, replicas: int) -> Manifest:
+    """One track's Deployment. Its selector leaves out the revision, so promotion can change it in place."""
+    labels = {**_common_labels(sdep), **selector_labels(sdep, track), LABEL_REVISION: rev}
+    deadline = int(parse_duration(sdep.spec.rollout.progress_deadline).total_seconds())
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(sdep, child_name(sdep, track), labels),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": selector_labels(sdep, track)},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "revisionHistoryLimit": 2,
+            "progressDeadlineSeconds": deadline,
+            "template": pod_template(sdep, track, rev),
+        },
+    }
+
+
+def service(sdep: SpeculativeDeployment, track: Track | None = None) -> Manifest:
+    """The fleet's Service (both tracks: traffic splits by ready replicas), or one track's for route weights."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(sdep, child_name(sdep, track), {**_common_labels(sdep), **selector_labels(sdep, track)}),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector_labels(sdep, track),
+            "ports": [{"name": "http", "port": VLLM_PORT, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+def canary_replicas(total: int, weight: int) -> int:
+    """Replicas that carry `weight` percent of `total`, at least one so the canary can be measured."""
+    return max(1, round(total * weight / 100))
+
+
+def render(sdep: SpeculativeDeployment, track: Track = Track.STABLE) -> list[Manifest]:
+    """Everything one track needs, as `specfleet render` prints it: Service(s) and the Deployment."""
+    rev = revision(sdep.spec)
+    if track is Track.STABLE:
+        replicas = sdep.spec.replicas
+    else:
+        replicas = canary_replicas(sdep.spec.replicas, sdep.spec.rollout.steps[0].weight)
+    return [service(sdep), service(sdep, track), deployment(sdep, track, rev, replicas)]
