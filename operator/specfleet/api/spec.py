@@ -71,6 +71,11 @@ def _cel_list(values: frozenset[str] | tuple[str, ...]) -> str:
     return "[" + ", ".join(f"'{v}'" for v in sorted(values)) + "]"
 
 
+class DraftSampleMethod(StrEnum):
+    GREEDY = "greedy"
+    PROBABILISTIC = "probabilistic"
+
+
 class ModelSpec(ApiModel):
     """The target model that vLLM serves."""
 
@@ -150,7 +155,7 @@ class SpeculativeSpec(ApiModel):
     """Quantization of the drafter only."""
     max_model_len: Annotated[int, Field(ge=1, le=10_000_000)] | None = None
     """Context length of the drafter."""
-    draft_sample_method: Annotated[str, Field(pattern="^(greedy|probabilistic)$")] | None = None
+    draft_sample_method: DraftSampleMethod | None = None
     """`greedy` or `probabilistic` drafting (vLLM versions that support it)."""
     parallel_drafting: bool | None = None
     """Draft all positions in one pass (eagle, draft_model; always on for dflash and dspark)."""

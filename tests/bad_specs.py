@@ -1,0 +1,303 @@
+"""Bad SpeculativeDeployments and the message each must give, offline and from the API server.
+
+Shared by the unit tests (`specfleet validate`) and the integration tests (a real kube-apiserver with
+the generated CRD), so the CEL rules and their Python halves are held to the same table.
+"""
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+DELETE = object()
+
+BASE: dict[str, Any] = {
+    "apiVersion": "specfleet.io/v1alpha1",
+    "kind": "SpeculativeDeployment",
+    "metadata": {"name": "llama-eagle3", "namespace": "default"},
+    "spec": {
+        "replicas": 2,
+        "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "sizeGiB": 16},
+        "speculative": {
+            "method": "eagle3",
+            "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+            "revision": "main",
+            "numSpeculativeTokens": 4,
+        },
+        "engine": {"tensorParallelSize": 1},
+        "accelerator": {"productNames": ["AMD_Instinct_MI300X_OAM"]},
+    },
+}
+
+
+def merged(base: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """Deep-merge `patch` into a copy of `base`; DELETE removes a key."""
+    out = copy.deepcopy(base)
+    for key, value in patch.items():
+        if value is DELETE:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+@dataclass(frozen=True)
+class BadSpec:
+    """`field` must be named, with `offline` in `specfleet validate`'s line and `server` in the API error.
+
+    `server` is None for checks only specfleet can make (vLLM version support, memory budgets).
+    """
+
+    id: str
+    patch: dict[str, Any]
+    field: str
+    offline: str
+    server: str | None = None
+    server_field: str | None = field(default=None)
+
+    def document(self) -> dict[str, Any]:
+        return merged(BASE, self.patch)
+
+
+def spec(**patch: Any) -> dict[str, Any]:
+    return {"spec": patch}
+
+
+def speculative(**patch: Any) -> dict[str, Any]:
+    return spec(speculative=patch)
+
+
+BAD_SPECS: list[BadSpec] = [
+    BadSpec(
+        "depth-zero",
+        speculative(numSpeculativeTokens=0),
+        "spec.speculative.numSpeculativeTokens",
+        "greater than or equal to 1",
+        "greater than or equal to 1",
+    ),
+    BadSpec("unknown-method", speculative(method="lookahead"), "spec.speculative.method", "draft_model", "draft_model"),
+    BadSpec("method-missing", speculative(method=DELETE), "spec.speculative.method", "required", "Required value"),
+    BadSpec(
+        "eagle3-without-drafter",
+        speculative(model=DELETE),
+        "spec.speculative.model",
+        "model is required",
+        "model is required",
+    ),
+    BadSpec(
+        "ngram-with-model", speculative(method="ngram"), "spec.speculative.model", "must not be set", "must not be set"
+    ),
+    BadSpec(
+        "prompt-lookup-inverted",
+        speculative(method="ngram", model=DELETE, revision=DELETE, promptLookupMin=6, promptLookupMax=3),
+        "spec.speculative.promptLookupMin",
+        "must be <= promptLookupMax",
+        "must be <= promptLookupMax",
+    ),
+    BadSpec(
+        "prompt-lookup-on-eagle3",
+        speculative(promptLookupMin=2),
+        "spec.speculative.method",
+        "apply only to methods ngram",
+        "apply only to methods ngram",
+    ),
+    BadSpec(
+        "suffix-knobs-on-eagle3",
+        speculative(suffixDecoding={"maxTreeDepth": 8}),
+        "spec.speculative.suffixDecoding",
+        "applies only to method suffix",
+        "applies only to method suffix",
+    ),
+    BadSpec(
+        "extra-collides-with-typed-field",
+        speculative(extra={"num_speculative_tokens": 3}),
+        "spec.speculative.extra",
+        "extra must not set keys",
+        "extra must not set keys",
+    ),
+    BadSpec(
+        "extra-tensor-parallel",
+        speculative(extra={"tensor_parallel_size": 2}),
+        "spec.speculative.extra",
+        "tensor_parallel_size",
+        "tensor_parallel_size",
+    ),
+    BadSpec(
+        "drafter-is-target",
+        speculative(model="meta-llama/Llama-3.1-8B-Instruct"),
+        "spec.speculative.model",
+        "must not be the target model",
+        "must not be the target model",
+    ),
+    BadSpec(
+        "draft-tp-neither-1-nor-target",
+        spec(engine={"tensorParallelSize": 8}, speculative={"draftTensorParallelSize": 2}),
+        "spec.speculative.draftTensorParallelSize",
+        "must be 1 or engine.tensorParallelSize",
+        "must be 1 or engine.tensorParallelSize",
+    ),
+    BadSpec(
+        "fewer-gpus-than-tp",
+        spec(engine={"tensorParallelSize": 8}, accelerator={"count": 4}),
+        "spec.accelerator.count",
+        "must be >= engine.tensorParallelSize",
+        "must be >= engine.tensorParallelSize",
+    ),
+    BadSpec(
+        "steps-decreasing",
+        spec(rollout={"steps": [{"weight": 50}, {"weight": 10}]}),
+        "spec.rollout.steps",
+        "strictly increasing",
+        "strictly increasing",
+    ),
+    BadSpec(
+        "steps-repeated",
+        spec(rollout={"steps": [{"weight": 20}, {"weight": 20}]}),
+        "spec.rollout.steps",
+        "strictly increasing",
+        "strictly increasing",
+    ),
+    BadSpec(
+        "step-weight-zero",
+        spec(rollout={"steps": [{"weight": 0}]}),
+        "spec.rollout.steps[0].weight",
+        "greater than or equal to 1",
+        "greater than or equal to 1",
+    ),
+    BadSpec(
+        "step-weight-above-100",
+        spec(rollout={"steps": [{"weight": 101}]}),
+        "spec.rollout.steps[0].weight",
+        "less than or equal to 100",
+        "less than or equal to 100",
+    ),
+    BadSpec("no-steps", spec(rollout={"steps": []}), "spec.rollout.steps", "at least 1", "at least 1"),
+    BadSpec(
+        "gpu-memory-above-one",
+        spec(engine={"gpuMemoryUtilization": 1.5}),
+        "spec.engine.gpuMemoryUtilization",
+        "less than or equal to 1",
+        "less than or equal to 1",
+    ),
+    BadSpec(
+        "misspelled-field",
+        speculative(numSpecTokens=4),
+        "spec.speculative.numSpecTokens",
+        "unknown field",
+        "unknown field",
+    ),
+    BadSpec(
+        "newline-in-model-name",
+        spec(model={"name": "meta-llama/x\n--trust-remote-code"}),
+        "spec.model.name",
+        "single line",
+        "should match",
+    ),
+    BadSpec(
+        "model-name-looks-like-a-flag",
+        spec(model={"name": "--trust-remote-code"}),
+        "spec.model.name",
+        "must not start with '-'",
+        "should match",
+    ),
+    BadSpec(
+        "duration-in-words",
+        spec(rollout={"analysis": {"interval": "5 minutes"}}),
+        "spec.rollout.analysis.interval",
+        "should match pattern",
+        "should match",
+    ),
+    BadSpec(
+        "extra-args-repeat-spec-config",
+        spec(engine={"extraArgs": ["--speculative-config={}"]}),
+        "spec.engine.extraArgs",
+        "must not repeat flags",
+        "must not repeat flags",
+    ),
+    BadSpec(
+        "extra-args-repeat-tp",
+        spec(engine={"extraArgs": ["--tensor-parallel-size", "2"]}),
+        "spec.engine.extraArgs",
+        "must not repeat flags",
+        "must not repeat flags",
+    ),
+    BadSpec(
+        "name-too-long",
+        {"metadata": {"name": "a" * 60}},
+        "metadata.name",
+        "at most 50 characters",
+        "at most 50 characters",
+    ),
+    BadSpec(
+        "name-starts-with-digit",
+        {"metadata": {"name": "9fleet"}},
+        "metadata.name",
+        "should match pattern",
+        "DNS-1035 label",
+    ),
+    BadSpec(
+        "negative-replicas",
+        spec(replicas=-1),
+        "spec.replicas",
+        "greater than or equal to 0",
+        "greater than or equal to 0",
+    ),
+    BadSpec(
+        "acceptance-above-one",
+        spec(rollout={"guardrails": {"minAcceptanceRate": 1.2}}),
+        "spec.rollout.guardrails.minAcceptanceRate",
+        "less than or equal to 1",
+        "less than or equal to 1",
+    ),
+    BadSpec(
+        "batch-schedule-inverted",
+        speculative(numSpeculativeTokensPerBatchSize=[{"start": 64, "end": 8, "numTokens": 2}]),
+        "spec.speculative.numSpeculativeTokensPerBatchSize[0]",
+        "start must be <= end",
+        "start must be <= end",
+    ),
+    BadSpec("unknown-dtype", spec(engine={"dtype": "fp64"}), "spec.engine.dtype", "bfloat16", "bfloat16"),
+    BadSpec(
+        "prometheus-not-http",
+        spec(prometheus={"url": "ftp://prometheus:9090"}),
+        "spec.prometheus.url",
+        "should match pattern",
+        "should match",
+    ),
+    # only specfleet knows these: the API server cannot
+    BadSpec(
+        "medusa-gone-in-0.33", speculative(method="medusa"), "spec.speculative.method", "was removed in vLLM 0.33.0"
+    ),
+    BadSpec(
+        "disable-by-batch-size-gone",
+        speculative(extra={"disable_by_batch_size": 4}),
+        "spec.speculative.extra.disable_by_batch_size",
+        "was removed in vLLM",
+    ),
+    BadSpec(
+        "vllm-too-old",
+        spec(engine={"vllmVersion": "0.6.0"}),
+        "spec.engine.vllmVersion",
+        "older than the oldest supported",
+    ),
+    BadSpec(
+        "drafter-too-big",
+        spec(engine={"tensorParallelSize": 8}, speculative={"sizeGiB": 30}),
+        "spec.speculative.sizeGiB",
+        "more than 10%",
+    ),
+    BadSpec("weights-do-not-fit", spec(model={"sizeGiB": 400}), "spec.model.sizeGiB", "more than the"),
+    BadSpec(
+        "hf-token-twice",
+        spec(storage={"hfTokenSecret": {"name": "hf"}}, engine={"env": [{"name": "HF_TOKEN", "value": "x"}]}),
+        "spec.engine.env[0].name",
+        "set by specfleet",
+    ),
+    BadSpec(
+        "newline-in-extra-value",
+        speculative(extra={"code_revision": "a\nb"}),
+        "spec.speculative.extra.code_revision",
+        "single line",
+    ),
+]
