@@ -265,6 +265,25 @@ BAD_SPECS: list[BadSpec] = [
         "should match pattern",
         "should match",
     ),
+    BadSpec(
+        "batch-schedule-overlaps",
+        speculative(
+            numSpeculativeTokensPerBatchSize=[
+                {"start": 1, "end": 16, "numTokens": 4},
+                {"start": 8, "end": 64, "numTokens": 2},
+            ]
+        ),
+        "spec.speculative.numSpeculativeTokensPerBatchSize",
+        "must not overlap",
+        "must not overlap",
+    ),
+    BadSpec(
+        "batch-schedule-not-from-one",
+        speculative(numSpeculativeTokensPerBatchSize=[{"start": 2, "end": 16, "numTokens": 4}]),
+        "spec.speculative.numSpeculativeTokensPerBatchSize",
+        "start at batch size 1",
+        "start at batch size 1",
+    ),
     # only specfleet knows these: the API server cannot
     BadSpec(
         "medusa-gone-in-0.33", speculative(method="medusa"), "spec.speculative.method", "was removed in vLLM 0.33.0"
@@ -299,5 +318,44 @@ BAD_SPECS: list[BadSpec] = [
         speculative(extra={"code_revision": "a\nb"}),
         "spec.speculative.extra.code_revision",
         "single line",
+    ),
+    BadSpec(
+        "mtp-before-0.11",
+        spec(engine={"vllmVersion": "0.10.2"}, speculative={"method": "mtp", "model": DELETE, "revision": DELETE}),
+        "spec.speculative.method",
+        "needs vLLM >= 0.11.0",
+    ),
+    BadSpec(
+        "dflash-before-0.20",
+        spec(engine={"vllmVersion": "0.19.1"}, speculative={"method": "dflash"}),
+        "spec.speculative.method",
+        "needs vLLM >= 0.20.0",
+    ),
+    BadSpec(
+        "mlp-speculator-never-ran",
+        speculative(method="mlp_speculator"),
+        "spec.speculative.method",
+        "does not work on any vLLM release",
+    ),
+    BadSpec(
+        "batch-schedule-before-0.24",
+        spec(
+            engine={"vllmVersion": "0.23.0"},
+            speculative={"numSpeculativeTokensPerBatchSize": [{"start": 1, "end": 8, "numTokens": 2}]},
+        ),
+        "spec.speculative.numSpeculativeTokensPerBatchSize",
+        "needs vLLM >= 0.24.0",
+    ),
+    BadSpec(
+        "probabilistic-drafting-in-0.21",
+        spec(engine={"vllmVersion": "0.21.0"}, speculative={"draftSampleMethod": "probabilistic"}),
+        "spec.speculative.draftSampleMethod",
+        "needs vLLM >= 0.22.0",
+    ),
+    BadSpec(
+        "draft-model-tp-mismatch",
+        spec(engine={"tensorParallelSize": 8}, speculative={"method": "draft_model", "draftTensorParallelSize": 1}),
+        "spec.speculative.draftTensorParallelSize",
+        "target's tensorParallelSize",
     ),
 ]

@@ -121,6 +121,15 @@ def _judgement_problems(spec: SpeculativeDeploymentSpec) -> list[Problem]:
                 Severity.WARNING,
             )
         )
+    draft_tp = spec.speculative.draft_tensor_parallel_size
+    if spec.speculative.method == "draft_model" and draft_tp not in (None, spec.engine.tensor_parallel_size):
+        problems.append(
+            Problem(
+                "spec.speculative.draftTensorParallelSize",
+                "method draft_model needs the drafter on the target's tensorParallelSize (vLLM refuses "
+                "anything else when the model runner starts)",
+            )
+        )
     for path, text in _strings(spec.speculative.extra or {}, "spec.speculative.extra"):
         if "\n" in text or "\r" in text or text.startswith("--"):
             problems.append(Problem(path, "must be a single line and must not start with '--'"))

@@ -6,9 +6,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from bad_specs import BASE, merged
 from specfleet.api.crd import crd_yaml
 from specfleet.cli.main import app
+
+from bad_specs import BASE, merged
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))

@@ -6,7 +6,6 @@ from typing import Any
 import pytest
 import yaml
 
-from bad_specs import BASE, DELETE, merged
 from specfleet.api.problems import InvalidSpecError
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.render.argv import vllm_argv
@@ -22,6 +21,8 @@ from specfleet.render.manifests import (
     revision,
     service,
 )
+
+from bad_specs import BASE, DELETE, merged
 
 
 def sdep(patch: dict[str, Any] | None = None) -> SpeculativeDeployment:
@@ -246,3 +247,13 @@ def test_render_yields_services_and_deployment_without_yaml_aliases() -> None:
     assert [o["kind"] for o in objects] == ["Service", "Service", "Deployment"]
     assert objects[2]["spec"]["replicas"] == 1
     assert "&id" not in yaml.safe_dump_all(objects)
+
+
+@pytest.mark.parametrize(("version", "has_buckets"), [("0.31.0", False), ("0.32.0", True), ("0.33.0", True)])
+def test_fine_itl_buckets_only_where_vllm_takes_them(version: str, has_buckets: bool) -> None:
+    argv = vllm_argv(sdep({"spec": {"engine": {"vllmVersion": version}}}).spec)
+    assert ("--custom-histogram-buckets" in argv) is has_buckets
+    if has_buckets:
+        buckets = json.loads(flag(argv, "--custom-histogram-buckets"))["inter_token_latency"]
+        assert buckets == sorted(set(buckets)) and buckets[0] > 0
+        assert sum(1 for b in buckets if 0.02 <= b <= 0.05) >= 6  # fine enough to see 10% at 30 ms

@@ -2,9 +2,10 @@
 
 import pytest
 
-from bad_specs import BAD_SPECS, BASE, DELETE, BadSpec, merged
 from specfleet.api.problems import Severity
 from specfleet.validation import errors, validate_document
+
+from bad_specs import BAD_SPECS, BASE, DELETE, BadSpec, merged
 
 
 def test_the_base_of_the_table_is_valid() -> None:

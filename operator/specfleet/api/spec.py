@@ -5,7 +5,8 @@ written for the person editing the YAML.
 """
 
 from enum import StrEnum
-from typing import Annotated
+from itertools import pairwise
+from typing import Annotated, Any
 
 from pydantic import Field, JsonValue, WithJsonSchema
 
@@ -113,6 +114,14 @@ class BatchSizeDepth(ApiModel):
     rules = (Rule(cel="self.start <= self.end", message="start must be <= end", holds=lambda s: s.start <= s.end),)
 
 
+def _schedule_is_a_partition(rows: list[BatchSizeDepth]) -> bool:
+    """What vLLM checks only once the model has loaded: ranges start at 1 and do not overlap."""
+    if not rows:
+        return True
+    ordered = sorted(rows, key=lambda r: r.start)
+    return ordered[0].start == 1 and all(a.end < b.start for a, b in pairwise(ordered))
+
+
 RESERVED_SPECULATIVE_KEYS = (
     "method",
     "model",
@@ -215,6 +224,15 @@ class SpeculativeSpec(ApiModel):
             message="suffixDecoding applies only to method suffix",
             field_path=".suffixDecoding",
             holds=lambda s: s.suffix_decoding is None or s.method == SpeculativeMethod.SUFFIX,
+        ),
+        Rule(
+            cel="has(self.numSpeculativeTokensPerBatchSize) ? "
+            "self.numSpeculativeTokensPerBatchSize.exists(r, r.start == 1) && "
+            "self.numSpeculativeTokensPerBatchSize.all(a, self.numSpeculativeTokensPerBatchSize.exists_one(b, "
+            "!(a.end < b.start || b.end < a.start))) : true",
+            message="numSpeculativeTokensPerBatchSize ranges must not overlap and one must start at batch size 1",
+            field_path=".numSpeculativeTokensPerBatchSize",
+            holds=lambda s: _schedule_is_a_partition(s.num_speculative_tokens_per_batch_size or []),
         ),
         Rule(
             cel=f"has(self.extra) ? !self.extra.exists(k, k in {_cel_list(RESERVED_SPECULATIVE_KEYS)}) : true",
@@ -519,3 +537,23 @@ class SpeculativeDeploymentSpec(ApiModel):
     @property
     def gpus_per_replica(self) -> int:
         return self.accelerator.count or self.engine.tensor_parallel_size
+
+    def serving(self) -> dict[str, Any]:
+        """The part of the spec that decides what the pods run (and so the revision)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True, include=set(SERVING_FIELDS))
+
+    def with_serving(self, serving: dict[str, Any]) -> "SpeculativeDeploymentSpec":
+        """This spec, serving what `serving` describes (how the stable track is rendered during a canary)."""
+        current = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return SpeculativeDeploymentSpec.model_validate({**current, **serving})
+
+    def summary(self) -> str:
+        """The speculative config in a few words, for history and events."""
+        spec = self.speculative
+        if spec.method is SpeculativeMethod.NONE:
+            return "no speculation"
+        depth = spec.num_speculative_tokens or DEFAULT_NUM_SPECULATIVE_TOKENS
+        return " ".join(part for part in (spec.method.value, f"k={depth}", spec.model) if part)
+
+
+SERVING_FIELDS = ("model", "speculative", "engine", "accelerator")

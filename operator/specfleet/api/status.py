@@ -4,7 +4,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, JsonValue, WithJsonSchema
 
 from specfleet.api.base import ApiModel
 
@@ -122,6 +122,9 @@ class SpeculativeDeploymentStatus(ApiModel):
     canary_weight: Annotated[int, Field(ge=0, le=100)] = 0
     """Canary share of traffic, percent."""
     step_started_at: datetime | None = None
+    """When the current step began; its canary replicas must be Ready within the progress deadline from here."""
+    step_ready_at: datetime | None = None
+    """When the current step's canary replicas were all Ready: its pause and analyses count from here."""
     canary_started_at: datetime | None = None
     failed_analyses: int = 0
     """Failed analyses of the current canary revision."""
@@ -134,3 +137,15 @@ class SpeculativeDeploymentStatus(ApiModel):
     """Label selector of all the fleet's pods, for the scale subresource."""
     last_analysis: Analysis | None = None
     history: Annotated[list[HistoryEntry], Field(max_length=HISTORY_MAX)] = []
+    stable_serving: (
+        Annotated[
+            dict[str, JsonValue], WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True})
+        ]
+        | None
+    ) = None
+    """The serving part of the spec (model, speculative, engine, accelerator) at the stable revision, so the
+    stable track can be rendered again while the spec already describes the canary."""
+    rejected_revision: Annotated[str, Field(max_length=63)] | None = None
+    """A revision that was rolled back or aborted: not canaried again until the spec changes or a retry."""
+    acknowledged_commands: Annotated[dict[str, Annotated[str, Field(max_length=256)]], Field(max_length=8)] = {}
+    """Command annotations already acted on (name -> value), so a restart never acts on one twice."""

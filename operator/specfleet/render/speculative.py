@@ -14,7 +14,7 @@ from specfleet.api.spec import (
     SpeculativeMethod,
     SpeculativeSpec,
 )
-from specfleet.render.vllm_versions import VllmVersion, key_problem, method_problem
+from specfleet.render.vllm_versions import VllmVersion, key_problem, method_problem, value_problem
 
 FIELD_PREFIX = "spec.speculative"
 
@@ -70,9 +70,11 @@ def speculative_problems(spec: SpeculativeSpec, version: VllmVersion) -> list[Pr
     if spec.method is SpeculativeMethod.NONE:
         return []
     problems = [p for p in [method_problem(spec.method.value, version, f"{FIELD_PREFIX}.method")] if p]
-    for key, (field, _) in _keyed_by_field(spec).items():
+    for key, (field, value) in _keyed_by_field(spec).items():
         from_extra = field.startswith(f"{FIELD_PREFIX}.extra.")
-        problem = key_problem(key, version, field, trust_unknown=from_extra)
+        problem = key_problem(key, version, field, trust_unknown=from_extra) or value_problem(
+            key, value, version, field
+        )
         if problem:
             problems.append(problem)
     return problems

@@ -1,0 +1,382 @@
+"""The rollout state machine, driven through whole rollouts with a fake clock and fake observations."""
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from specfleet.api.spec import SpeculativeDeploymentSpec
+from specfleet.api.status import (
+    Analysis,
+    Measurements,
+    Outcome,
+    Phase,
+    SpeculativeDeploymentStatus,
+    Verdict,
+)
+from specfleet.render.manifests import revision
+from specfleet.rollout import Command, Decision, Observation, TrackObservation, decide
+
+from bad_specs import BASE, merged
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def make_spec(**patch: Any) -> SpeculativeDeploymentSpec:
+    rollout = {"steps": [{"weight": 25, "pause": {"duration": "1m"}}, {"weight": 50, "pause": {"duration": "2m"}}]}
+    return SpeculativeDeploymentSpec.model_validate(merged(BASE, {"spec": {"rollout": rollout, **patch}})["spec"])
+
+
+class Fleet:
+    """A fake world: Deployments become Ready when told, the clock moves when told."""
+
+    def __init__(self, spec: SpeculativeDeploymentSpec, guarded: bool = False) -> None:
+        self.spec = spec
+        self.status = SpeculativeDeploymentStatus()
+        self.now = T0
+        self.generation = 1
+        self.commands: dict[str, str] = {}
+        self.guarded = guarded
+        self.stable = TrackObservation()
+        self.canary = TrackObservation()
+        self.events: list[str] = []
+        self.last: Decision | None = None
+
+    def observe(self, analysis: Analysis | None = None) -> Observation:
+        return Observation(
+            now=self.now,
+            generation=self.generation,
+            desired_revision=revision(self.spec),
+            stable=self.stable,
+            canary=self.canary,
+            commands=dict(self.commands),
+            analysis=analysis,
+            guarded=self.guarded,
+        )
+
+    def step(self, analysis: Analysis | None = None) -> Decision:
+        decision = decide(self.spec, self.status, self.observe(analysis))
+        self.status = decision.status
+        self.events += [e.reason for e in decision.events]
+        for done in decision.done_commands:
+            self.commands.pop(done, None)
+        self.last = decision
+        return decision
+
+    def converge(self) -> Decision:
+        """Let the Deployments reach what the decision asked for, then decide again."""
+        decision = self.last or self.step()
+        if decision.stable:
+            self.stable = TrackObservation(decision.stable.revision, decision.stable.replicas, settled=True)
+        self.canary = (
+            TrackObservation(decision.canary.revision, decision.canary.replicas, settled=True)
+            if decision.canary
+            else TrackObservation()
+        )
+        return self.step()
+
+    def change(self, **patch: Any) -> None:
+        self.spec = make_spec(**patch)
+        self.generation += 1
+
+    def wait(self, seconds: float) -> Decision:
+        self.now += timedelta(seconds=seconds)
+        return self.step()
+
+
+def healthy_fleet(**patch: Any) -> Fleet:
+    fleet = Fleet(make_spec(**patch))
+    fleet.step()
+    fleet.converge()
+    assert fleet.status.phase is Phase.HEALTHY
+    return fleet
+
+
+def analysis(fleet: Fleet, verdict: Verdict, acceptance: float = 0.7) -> Analysis:
+    assert fleet.status.canary_revision is not None
+    return Analysis(
+        time=fleet.now,
+        revision=fleet.status.canary_revision,
+        step=fleet.status.current_step or 0,
+        verdict=verdict,
+        reasons=[] if verdict is Verdict.PASS else [f"acceptance {acceptance} < 0.6"],
+        canary=Measurements(acceptance_rate=acceptance),
+    )
+
+
+def test_create_serves_the_first_revision_without_a_canary() -> None:
+    fleet = Fleet(make_spec())
+    decision = fleet.step()
+    assert fleet.status.phase is Phase.PENDING
+    assert decision.canary is None
+    assert decision.stable is not None and decision.stable.replicas == 2
+    fleet.converge()
+    assert fleet.status.phase is Phase.HEALTHY
+    assert fleet.status.stable_revision == revision(fleet.spec)
+    assert fleet.status.ready_replicas.stable == 2
+    assert "Created" in fleet.events
+
+
+def test_replicas_change_in_place_without_a_canary() -> None:
+    fleet = healthy_fleet()
+    before = fleet.status.stable_revision
+    fleet.change(replicas=5)
+    decision = fleet.step()
+    assert decision.canary is None and decision.stable is not None and decision.stable.replicas == 5
+    assert fleet.status.stable_revision == before
+
+
+def test_speculative_change_walks_the_steps_and_promotes() -> None:
+    fleet = healthy_fleet()
+    old = fleet.status.stable_revision
+    fleet.change(speculative={"numSpeculativeTokens": 3})
+    new = revision(fleet.spec)
+    decision = fleet.step()
+    assert fleet.status.canary_revision == new and fleet.status.current_step == 0
+    assert decision.canary is not None and decision.canary.replicas == 1
+    assert decision.stable is not None and decision.stable.revision == old and decision.stable.replicas == 2
+    assert not decision.canary_traffic  # nothing Ready yet
+
+    decision = fleet.converge()  # canary Ready: the step's weight takes effect, stable gives way
+    assert decision.canary_traffic and fleet.status.step_ready_at == fleet.now
+    assert decision.stable is not None and decision.stable.replicas == 1
+    assert decision.requeue_after == timedelta(minutes=1)
+    assert fleet.wait(30).status.current_step == 0  # pause not over
+
+    fleet.wait(30)
+    assert fleet.status.current_step == 1 and "StepAdvanced" in fleet.events
+    fleet.converge()
+    fleet.wait(120)
+    assert fleet.status.stable_revision == new and "Promoted" in fleet.events
+    assert fleet.status.phase is Phase.PROGRESSING
+    assert fleet.last is not None and fleet.last.canary is not None  # canary stays while stable rolls
+
+    fleet.converge()
+    assert fleet.status.phase is Phase.HEALTHY and fleet.status.canary_revision is None
+    assert [h.outcome for h in fleet.status.history] == [Outcome.PROMOTED]
+    assert "PromotionComplete" in fleet.events
+
+
+def test_ready_capacity_never_drops_below_the_requested_replicas() -> None:
+    fleet = healthy_fleet(replicas=4)
+    fleet.change(replicas=4, speculative={"numSpeculativeTokens": 3})
+
+    def ready_once_applied(decision: Decision) -> int:
+        """Pods Ready right after the decision is applied: scale-downs are instant, scale-ups are not."""
+        stable = min(fleet.stable.ready, decision.stable.replicas) if decision.stable else 0
+        canary = min(fleet.canary.ready, decision.canary.replicas) if decision.canary else 0
+        return stable + canary
+
+    for _ in range(8):
+        assert ready_once_applied(fleet.step()) >= 4
+        assert ready_once_applied(fleet.converge()) >= 4
+        fleet.now += timedelta(minutes=2)
+    assert fleet.status.phase is Phase.HEALTHY
+    assert fleet.status.stable_revision == revision(fleet.spec)
+
+
+def test_manual_gate_pauses_until_promote() -> None:
+    fleet = healthy_fleet(rollout={"steps": [{"weight": 50, "pause": {}}]})
+    fleet.change(rollout={"steps": [{"weight": 50, "pause": {}}]}, speculative={"numSpeculativeTokens": 2})
+    fleet.step()
+    fleet.converge()
+    fleet.wait(3600)
+    assert fleet.status.phase is Phase.PAUSED
+    fleet.commands[Command.PROMOTE.annotation] = "step"
+    decision = fleet.step()
+    assert "Promoted" in fleet.events
+    assert decision.done_commands == (Command.PROMOTE.annotation,)
+
+
+def test_a_command_is_acted_on_once_even_if_its_annotation_removal_is_lost() -> None:
+    fleet = healthy_fleet(rollout={"steps": [{"weight": 10, "pause": {}}, {"weight": 50, "pause": {}}]})
+    fleet.change(
+        rollout={"steps": [{"weight": 10, "pause": {}}, {"weight": 50, "pause": {}}]},
+        speculative={"numSpeculativeTokens": 2},
+    )
+    fleet.step()
+    fleet.converge()
+    fleet.commands[Command.PROMOTE.annotation] = "step"
+    decision = decide(fleet.spec, fleet.status, fleet.observe())
+    assert decision.status.current_step == 1
+    # the operator dies before removing the annotation; the next run sees it again
+    again = decide(fleet.spec, decision.status, replace(fleet.observe(), stable=fleet.stable))
+    assert again.status.current_step == 1 and again.done_commands == (Command.PROMOTE.annotation,)
+
+
+def test_promote_full_skips_the_remaining_steps() -> None:
+    fleet = healthy_fleet()
+    fleet.change(speculative={"numSpeculativeTokens": 2})
+    fleet.step()
+    fleet.converge()
+    fleet.commands[Command.PROMOTE.annotation] = "full"
+    fleet.step()
+    assert fleet.status.stable_revision == revision(fleet.spec)
+
+
+def test_abort_sends_traffic_to_stable_and_holds_until_retry() -> None:
+    fleet = healthy_fleet()
+    fleet.change(speculative={"numSpeculativeTokens": 2})
+    fleet.step()
+    fleet.converge()
+    fleet.commands[Command.ABORT.annotation] = "now"
+    decision = fleet.step()
+    assert decision.canary is None and not decision.canary_traffic
+    assert decision.stable is not None and decision.stable.replicas == 2
+    assert fleet.status.phase is Phase.ABORTED and fleet.status.rejected_revision == revision(fleet.spec)
+    assert fleet.status.history[-1].outcome is Outcome.ABORTED
+
+    fleet.converge()
+    fleet.wait(600)
+    assert fleet.status.phase is Phase.ABORTED and fleet.status.canary_revision is None  # not tried again
+
+    fleet.commands[Command.RETRY.annotation] = "1"
+    fleet.step()
+    assert fleet.status.canary_revision == revision(fleet.spec) and fleet.status.rejected_revision is None
+
+
+def test_a_change_during_a_canary_replaces_it_from_step_one() -> None:
+    fleet = healthy_fleet()
+    fleet.change(speculative={"numSpeculativeTokens": 2})
+    fleet.step()
+    fleet.converge()
+    fleet.wait(60)
+    assert fleet.status.current_step == 1
+    first = fleet.status.canary_revision
+    fleet.change(speculative={"numSpeculativeTokens": 3})
+    fleet.step()
+    assert fleet.status.canary_revision == revision(fleet.spec) != first
+    assert fleet.status.current_step == 0 and fleet.status.last_analysis is None
+    assert fleet.status.history[-1].outcome is Outcome.SUPERSEDED
+
+
+def test_reverting_the_spec_during_a_canary_removes_it() -> None:
+    fleet = healthy_fleet()
+    fleet.change(speculative={"numSpeculativeTokens": 2})
+    fleet.step()
+    fleet.change()
+    decision = fleet.step()
+    assert decision.canary is None and fleet.status.canary_revision is None
+    assert fleet.status.history[-1].outcome is Outcome.SUPERSEDED
+
+
+def test_a_canary_that_never_gets_ready_is_aborted_at_the_deadline() -> None:
+    fleet = healthy_fleet(rollout={"progressDeadline": "10m"})
+    fleet.change(rollout={"progressDeadline": "10m"}, speculative={"numSpeculativeTokens": 2})
+    decision = fleet.step()
+    assert decision.requeue_after == timedelta(minutes=10)
+    fleet.canary = TrackObservation(revision(fleet.spec), 0, unschedulable="0/7 nodes: Insufficient amd.com/gpu")
+    fleet.wait(599)
+    assert fleet.status.phase is Phase.PROGRESSING
+    fleet.wait(1)
+    assert fleet.status.phase is Phase.ABORTED
+    reason = fleet.status.history[-1].reason
+    assert "ProgressDeadlineExceeded" in reason and "Insufficient amd.com/gpu" in reason
+
+
+def test_a_canary_that_crashes_after_being_ready_gets_a_fresh_deadline_not_a_promotion() -> None:
+    fleet = healthy_fleet(rollout={"progressDeadline": "5m"})
+    fleet.change(rollout={"progressDeadline": "5m"}, speculative={"numSpeculativeTokens": 2})
+    fleet.step()
+    fleet.converge()
+    fleet.canary = replace(fleet.canary, ready=0)
+    fleet.wait(60)
+    assert fleet.status.step_ready_at is None and fleet.status.current_step == 0
+    fleet.wait(300)
+    assert fleet.status.phase is Phase.ABORTED
+
+
+def test_invalid_spec_holds_children_and_says_why_once() -> None:
+    fleet = healthy_fleet()
+    decision = decide(
+        fleet.spec, fleet.status, replace(fleet.observe(), desired_revision=None, problems=("spec.x: bad",))
+    )
+    assert decision.hold_children and decision.status.phase is Phase.DEGRADED
+    assert [e.reason for e in decision.events] == ["InvalidSpec"]
+    again = decide(
+        fleet.spec, decision.status, replace(fleet.observe(), desired_revision=None, problems=("spec.x: bad",))
+    )
+    assert again.events == () and again.status == decision.status
+
+
+def guarded_canary(**rollout: Any) -> Fleet:
+    settings = {"steps": [{"weight": 25, "pause": {"duration": "1m"}}], **rollout}
+    fleet = healthy_fleet(rollout=settings)
+    fleet.guarded = True
+    fleet.change(rollout=settings, speculative={"numSpeculativeTokens": 2})
+    fleet.step()
+    fleet.converge()
+    return fleet
+
+
+def test_guarded_step_needs_a_passing_analysis_not_only_the_pause() -> None:
+    fleet = guarded_canary()
+    assert fleet.last is not None and fleet.last.analysis_due
+    fleet.wait(120)
+    assert fleet.status.phase is Phase.PROGRESSING and fleet.status.current_step == 0
+    fleet.step(analysis(fleet, Verdict.PASS))
+    assert fleet.status.stable_revision == revision(fleet.spec)
+
+
+def test_failed_analyses_beyond_the_limit_roll_back_with_the_evidence() -> None:
+    fleet = guarded_canary(analysis={"failureLimit": 1})
+    fleet.step(analysis(fleet, Verdict.FAIL, acceptance=0.31))
+    assert fleet.status.phase is Phase.PROGRESSING and fleet.status.failed_analyses == 1
+    decision = fleet.step(analysis(fleet, Verdict.FAIL, acceptance=0.30))
+    assert fleet.status.phase is Phase.ROLLED_BACK and decision.canary is None and not decision.canary_traffic
+    last = fleet.status.history[-1]
+    assert last.outcome is Outcome.ROLLED_BACK and last.acceptance_rate == pytest.approx(0.30)
+    assert "acceptance 0.3 < 0.6" in last.reason
+
+
+def test_without_auto_rollback_a_failure_pauses_for_a_human() -> None:
+    fleet = guarded_canary(analysis={"failureLimit": 0}, autoRollback=False)
+    decision = fleet.step(analysis(fleet, Verdict.FAIL))
+    assert fleet.status.phase is Phase.PAUSED and decision.canary is not None
+    fleet.wait(600)
+    assert fleet.status.phase is Phase.PAUSED and fleet.status.canary_revision is not None
+
+
+@pytest.mark.parametrize(
+    ("verdict", "policy", "phase"),
+    [
+        (Verdict.INCONCLUSIVE, {"onNoData": {"after": "5m", "action": "Rollback"}}, Phase.ROLLED_BACK),
+        (Verdict.ERROR, {"onProviderError": {"after": "5m", "action": "Pause"}}, Phase.PAUSED),
+    ],
+)
+def test_no_verdict_holds_then_follows_the_policy(verdict: Verdict, policy: dict[str, Any], phase: Phase) -> None:
+    fleet = guarded_canary(analysis=policy)
+    fleet.wait(120)
+    fleet.step(analysis(fleet, verdict))
+    assert fleet.status.stable_revision != revision(fleet.spec)  # never promoted without a verdict
+    assert fleet.status.phase is Phase.PROGRESSING
+    fleet.now += timedelta(minutes=5)
+    fleet.step(analysis(fleet, verdict))
+    assert fleet.status.phase is phase
+
+
+def test_an_unguarded_canary_says_so() -> None:
+    fleet = healthy_fleet()
+    guarded = next(c for c in fleet.status.conditions if c.type == "Guarded")
+    assert guarded.status == "False" and "unguarded" in guarded.message
+
+
+@pytest.mark.parametrize("moment", ["healthy", "canary-waiting", "canary-ready", "paused", "aborted"])
+def test_deciding_again_on_the_same_world_changes_nothing(moment: str) -> None:
+    """Restart safety and zero writes at rest: `decide` is a fixed point once it has been applied."""
+    steps = [{"weight": 50, "pause": {}}] if moment == "paused" else None
+    fleet = healthy_fleet(**({"rollout": {"steps": steps}} if steps else {}))
+    if moment != "healthy":
+        fleet.change(speculative={"numSpeculativeTokens": 2}, **({"rollout": {"steps": steps}} if steps else {}))
+        fleet.step()
+    if moment in ("canary-ready", "paused", "aborted"):
+        fleet.converge()
+    if moment == "aborted":
+        fleet.commands[Command.ABORT.annotation] = "x"
+        fleet.step()
+        fleet.converge()
+    fleet.step()
+    before = fleet.status
+    again = fleet.step()
+    assert again.status == before and again.events == ()
