@@ -114,13 +114,11 @@ BAD_SPECS: list[BadSpec] = [
         speculative(extra={"num_speculative_tokens": 3}),
         "spec.speculative.extra",
         "extra must not set keys",
-        "extra must not set keys",
     ),
     BadSpec(
         "extra-tensor-parallel",
         speculative(extra={"tensor_parallel_size": 2}),
         "spec.speculative.extra",
-        "tensor_parallel_size",
         "tensor_parallel_size",
     ),
     BadSpec(

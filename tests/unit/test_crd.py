@@ -69,7 +69,8 @@ def test_every_python_rule_has_its_cel_half_in_the_crd() -> None:
     assert models, "expected models with rules"
     for model in models:
         for rule in model.rules:
-            assert rule.cel in rules_in_crd, f"{model.__name__}: {rule.message}"
+            if rule.cel is not None:
+                assert rule.cel in rules_in_crd, f"{model.__name__}: {rule.message}"
 
 
 def _all_models(model: type[ApiModel]) -> set[type[ApiModel]]:

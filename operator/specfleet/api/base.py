@@ -20,12 +20,15 @@ from pydantic_core import CoreSchema, PydanticCustomError
 class Rule:
     """A cross-field invariant, in CEL for the API server and in Python for everything else."""
 
-    cel: str
+    cel: str | None
+    """None for rules the API server cannot evaluate (e.g. over free-form maps): enforced offline only."""
     message: str
     holds: Callable[[Any], bool]
     field_path: str | None = None  # relative to the model, e.g. ".model"; names the field in errors
 
-    def to_schema(self) -> dict[str, str]:
+    def to_schema(self) -> dict[str, str] | None:
+        if self.cel is None:
+            return None
         rule = {"rule": self.cel, "message": self.message}
         if self.field_path:
             rule["fieldPath"] = self.field_path
@@ -60,5 +63,7 @@ class ApiModel(BaseModel):
         json_schema = handler(core_schema)
         if cls.rules:
             target = handler.resolve_ref_schema(json_schema)
-            target["x-kubernetes-validations"] = [rule.to_schema() for rule in cls.rules]
+            rules = [schema for rule in cls.rules if (schema := rule.to_schema()) is not None]
+            if rules:
+                target["x-kubernetes-validations"] = rules
         return json_schema

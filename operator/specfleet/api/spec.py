@@ -235,7 +235,7 @@ class SpeculativeSpec(ApiModel):
             holds=lambda s: _schedule_is_a_partition(s.num_speculative_tokens_per_batch_size or []),
         ),
         Rule(
-            cel=f"has(self.extra) ? !self.extra.exists(k, k in {_cel_list(RESERVED_SPECULATIVE_KEYS)}) : true",
+            cel=None,  # CEL cannot range over a map of untyped values: `specfleet validate` and the operator check it
             message="extra must not set keys that typed fields own (method, model, num_speculative_tokens, "
             "draft_tensor_parallel_size, prompt_lookup_*, suffix_decoding_*, ...) nor tensor_parallel_size",
             field_path=".extra",
@@ -313,7 +313,8 @@ class EngineSpec(ApiModel):
 
     rules = (
         Rule(
-            cel=f"self.extraArgs.all(a, !{_cel_list(MANAGED_ENGINE_FLAGS)}.exists(f, a == f || a.startsWith(f + '=')))",
+            cel=f"!has(self.extraArgs) || self.extraArgs.all(a, !{_cel_list(MANAGED_ENGINE_FLAGS)}.exists(f, "
+            "a == f || a.startsWith(f + '=')))",
             message="extraArgs must not repeat flags that specfleet renders (--speculative-config, "
             "--tensor-parallel-size, --port, ...): use the typed fields",
             field_path=".extraArgs",
@@ -481,8 +482,8 @@ class RolloutSpec(ApiModel):
 
     rules = (
         Rule(
-            cel="self.steps.map(s, s.weight).isSorted() && self.steps.all(s, self.steps.exists_one(t, "
-            "t.weight == s.weight))",
+            cel="!has(self.steps) || self.steps.map(s, s.weight).isSorted() && self.steps.all(s, "
+            "self.steps.exists_one(t, t.weight == s.weight))",
             message="steps[].weight must be strictly increasing",
             field_path=".steps",
             holds=lambda r: all(a.weight < b.weight for a, b in zip(r.steps, r.steps[1:], strict=False)),

@@ -12,6 +12,7 @@ from specfleet import __version__
 from specfleet.api.crd import crd_yaml
 from specfleet.api.problems import InvalidSpecError, Severity
 from specfleet.api.resource import SpeculativeDeployment
+from specfleet.cli.run import run
 from specfleet.devcluster.cli import app as dev_app
 from specfleet.render.manifests import Track, render
 from specfleet.validation import errors, validate_document
@@ -22,6 +23,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(dev_app, name="dev")
+app.command()(run)
 
 stderr = Console(stderr=True)
 

@@ -223,15 +223,22 @@ def deployment(sdep: SpeculativeDeployment, track: Track, rev: str, replicas: in
     }
 
 
-def service(sdep: SpeculativeDeployment, track: Track | None = None) -> Manifest:
-    """The fleet's Service (both tracks: traffic splits by ready replicas), or one track's for route weights."""
+def service(sdep: SpeculativeDeployment, track: Track | None = None, *, canary_traffic: bool = True) -> Manifest:
+    """The fleet's Service, or one track's (for route weights).
+
+    The fleet Service splits traffic by Ready replicas across both tracks; without canary traffic it
+    selects the stable track alone, which is how an abort takes traffic away before the canary goes.
+    """
+    selector = selector_labels(sdep, track)
+    if track is None and not canary_traffic:
+        selector = selector_labels(sdep, Track.STABLE)
     return {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": _metadata(sdep, child_name(sdep, track), {**_common_labels(sdep), **selector_labels(sdep, track)}),
         "spec": {
             "type": "ClusterIP",
-            "selector": selector_labels(sdep, track),
+            "selector": selector,
             "ports": [{"name": "http", "port": VLLM_PORT, "targetPort": "http", "protocol": "TCP"}],
         },
     }

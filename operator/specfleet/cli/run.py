@@ -1,0 +1,63 @@
+"""`specfleet run`: the operator process."""
+
+import logging
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import kopf
+import typer
+
+from specfleet.controller.handlers import Controller, OperatorOptions
+from specfleet.controller.kube import Kube, load_config
+
+
+class LogFormat(StrEnum):
+    HUMAN = "human"
+    JSON = "json"
+
+
+def run(
+    namespace: Annotated[
+        list[str] | None,
+        typer.Option("--namespace", "-n", help="Watch only this namespace (repeatable); default: all namespaces."),
+    ] = None,
+    kubeconfig: Annotated[
+        Path | None, typer.Option(help="Kubeconfig to use; default: in-cluster, then KUBECONFIG / ~/.kube/config.")
+    ] = None,
+    liveness: Annotated[
+        str, typer.Option(help="Liveness endpoint URL served by the operator ('' to disable).")
+    ] = "http://0.0.0.0:8080/healthz",
+    metrics_port: Annotated[
+        int | None, typer.Option(help="Serve the operator's Prometheus metrics on this port.")
+    ] = None,
+    log_format: Annotated[LogFormat, typer.Option(help="Log lines for people or for log pipelines.")] = LogFormat.HUMAN,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every reconcile.")] = False,
+    peering: Annotated[
+        str | None,
+        typer.Option(help="kopf peering object name for HA (replicas pause while a higher priority one runs)."),
+    ] = None,
+    priority: Annotated[int, typer.Option(help="Peering priority of this replica.")] = 0,
+    workers: Annotated[int, typer.Option(min=1, max=64, help="Objects reconciled at once.")] = 4,
+    resync: Annotated[
+        float, typer.Option(min=5, help="Seconds between two looks at an object when nothing happens.")
+    ] = 300.0,
+) -> None:
+    """Run the operator: reconcile SpeculativeDeployments into vLLM fleets and canary every change."""
+    kopf.configure(
+        verbose=verbose, log_format=kopf.LogFormat.JSON if log_format is LogFormat.JSON else kopf.LogFormat.FULL
+    )
+    if not verbose:
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per handled watch event
+    api_client = load_config(str(kubeconfig) if kubeconfig else None)
+    options = OperatorOptions(workers=workers, resync_seconds=resync, metrics_port=metrics_port)
+    controller = Controller(Kube(api_client), options)
+    kopf.run(
+        registry=controller.registry(),
+        standalone=peering is None,
+        peering_name=peering,
+        priority=priority,
+        clusterwide=not namespace,
+        namespaces=namespace or (),
+        liveness_endpoint=liveness or None,
+    )

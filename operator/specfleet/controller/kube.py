@@ -1,0 +1,146 @@
+"""The only module that writes to the Kubernetes API. Blocking calls; the reconciler runs them in threads.
+
+Children are applied with server-side apply under the field manager `specfleet` (force: specfleet owns
+the fields it renders, so a hand edit of them is corrected); deletes carry a uid precondition, so an
+object that was replaced by someone else in the meantime is never deleted.
+"""
+
+import contextlib
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import NotFoundError
+from kubernetes.dynamic.resource import Resource
+
+from specfleet.api.resource import API_VERSION, KIND
+from specfleet.controller.metrics import API_REQUESTS
+from specfleet.render.manifests import FIELD_MANAGER
+
+Manifest = dict[str, Any]
+
+
+def load_config(kubeconfig: str | None = None) -> client.ApiClient:
+    """In-cluster credentials when running in a pod, else the kubeconfig (KUBECONFIG or ~/.kube/config)."""
+    if kubeconfig is None:
+        try:
+            config.load_incluster_config()
+            return client.ApiClient()
+        except config.ConfigException:
+            pass
+    config.load_kube_config(config_file=kubeconfig)
+    return client.ApiClient()
+
+
+def connection_info(api_client: client.ApiClient) -> dict[str, Any]:
+    """The credentials of `api_client` in the shape of kopf.ConnectionInfo, so kopf and specfleet share one login."""
+    cfg = api_client.configuration
+    token = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
+    scheme = None
+    if token and " " in token:
+        scheme, token = token.split(" ", 1)
+    return {
+        "server": cfg.host,
+        "ca_path": cfg.ssl_ca_cert,
+        "insecure": not cfg.verify_ssl,
+        "certificate_path": cfg.cert_file,
+        "private_key_path": cfg.key_file,
+        "scheme": scheme,
+        "token": token,
+    }
+
+
+class Kube:
+    """Typed verbs over the dynamic client, each counted in `specfleet_api_requests_total`."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api_client = api_client
+        self._dynamic = DynamicClient(api_client)
+        self._resources: dict[tuple[str, str], Resource] = {}
+
+    def _resource(self, api_version: str, kind: str) -> Resource:
+        if (api_version, kind) not in self._resources:
+            self._resources[api_version, kind] = self._dynamic.resources.get(api_version=api_version, kind=kind)
+        return self._resources[api_version, kind]
+
+    def apply(self, manifest: Manifest) -> None:
+        resource = self._resource(manifest["apiVersion"], manifest["kind"])
+        API_REQUESTS.labels("apply", manifest["kind"]).inc()
+        resource.server_side_apply(
+            body=manifest,
+            name=manifest["metadata"]["name"],
+            namespace=manifest["metadata"]["namespace"],
+            field_manager=FIELD_MANAGER,
+            force_conflicts=True,
+        )
+
+    def create(self, manifest: Manifest) -> None:
+        """Create only: fails with a ConflictError when the name is taken (maybe by someone else's object)."""
+        resource = self._resource(manifest["apiVersion"], manifest["kind"])
+        API_REQUESTS.labels("create", manifest["kind"]).inc()
+        resource.create(body=manifest, namespace=manifest["metadata"]["namespace"], field_manager=FIELD_MANAGER)
+
+    def get(self, manifest: Manifest) -> dict[str, Any]:
+        resource = self._resource(manifest["apiVersion"], manifest["kind"])
+        API_REQUESTS.labels("get", manifest["kind"]).inc()
+        meta = manifest["metadata"]
+        return resource.get(name=meta["name"], namespace=meta["namespace"]).to_dict()
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str, uid: str) -> None:
+        """Delete one object, only if it is still the one with `uid`; foreground so pods go with it."""
+        resource = self._resource(api_version, kind)
+        API_REQUESTS.labels("delete", kind).inc()
+        body = {"preconditions": {"uid": uid}, "propagationPolicy": "Background"}
+        with contextlib.suppress(NotFoundError):
+            resource.delete(name=name, namespace=namespace, body=body)
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """Replace the status (a merge patch whose removed keys are nulls, built by the caller)."""
+        resource = self._resource(API_VERSION, KIND)
+        API_REQUESTS.labels("patch-status", KIND).inc()
+        resource.status.patch(
+            name=name,
+            namespace=namespace,
+            body={"status": status},
+            content_type="application/merge-patch+json",
+        )
+
+    def remove_annotations(self, namespace: str, name: str, keys: list[str]) -> None:
+        resource = self._resource(API_VERSION, KIND)
+        API_REQUESTS.labels("patch", KIND).inc()
+        resource.patch(
+            name=name,
+            namespace=namespace,
+            body={"metadata": {"annotations": dict.fromkeys(keys)}},
+            content_type="application/merge-patch+json",
+        )
+
+    def post_event(self, involved: dict[str, Any], event_type: str, reason: str, message: str) -> None:
+        """A core/v1 Event on the SpeculativeDeployment (what `kubectl describe sdep` shows)."""
+        meta = involved["metadata"]
+        now = datetime.now(UTC).isoformat()
+        API_REQUESTS.labels("create", "Event").inc()
+        self._resource("v1", "Event").create(
+            namespace=meta["namespace"],
+            body={
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+                "involvedObject": {
+                    "apiVersion": API_VERSION,
+                    "kind": KIND,
+                    "name": meta["name"],
+                    "namespace": meta["namespace"],
+                    "uid": meta.get("uid"),
+                },
+                "type": event_type,
+                "reason": reason,
+                "message": message[:1024],
+                "firstTimestamp": now,
+                "lastTimestamp": now,
+                "count": 1,
+                "source": {"component": "specfleet"},
+                "reportingComponent": "specfleet",
+            },
+        )

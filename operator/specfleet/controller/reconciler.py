@@ -1,0 +1,156 @@
+"""One reconcile of one SpeculativeDeployment: observe -> decide -> apply. Nothing is decided here."""
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes.dynamic.exceptions import ApiException, ConflictError
+
+from specfleet.api.resource import SpeculativeDeployment
+from specfleet.api.status import Phase, SpeculativeDeploymentStatus
+from specfleet.controller.kube import Kube
+from specfleet.controller.metrics import RECONCILE_SECONDS, RECONCILES, TRANSITIONS
+from specfleet.controller.queue import WorkQueue
+from specfleet.controller.store import Key, Store
+from specfleet.observation import controlled_by, observe, parse
+from specfleet.patches import contains, merge_patch
+from specfleet.render.manifests import Manifest, Track, child_name, deployment, fleet_selector, service
+from specfleet.rollout import Decision, Observation, decide
+
+logger = logging.getLogger("specfleet.reconciler")
+
+RESYNC_SECONDS = 300.0
+"""Look at every object at least this often, even when no watch event arrives."""
+ERROR_BACKOFF_SECONDS = 5.0
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC).replace(microsecond=0)
+
+
+@dataclass
+class Reconciler:
+    kube: Kube
+    store: Store
+    queue: WorkQueue
+    clock: Callable[[], datetime] = utcnow
+    resync_seconds: float = RESYNC_SECONDS
+    guarded: Callable[[SpeculativeDeployment], bool] = lambda sdep: False
+    _conflicts: dict[Key, set[str]] = field(default_factory=dict)
+
+    async def run_worker(self) -> None:
+        """Take keys off the queue forever; one key is never reconciled twice at once."""
+        while True:
+            key = await self.queue.get()
+            try:
+                with RECONCILE_SECONDS.time():
+                    after = await self.reconcile(key)
+                RECONCILES.labels("ok").inc()
+            except ApiException as error:
+                RECONCILES.labels("error").inc()
+                logger.warning("reconcile %s/%s: API error %s %s", *key, error.status, error.reason)
+                after = ERROR_BACKOFF_SECONDS
+            except Exception:
+                RECONCILES.labels("error").inc()
+                logger.exception("reconcile %s/%s failed", *key)
+                after = ERROR_BACKOFF_SECONDS
+            finally:
+                self.queue.done(key)
+            if after is not None and key in self.store.sdeps:
+                self.queue.add(key, after)
+
+    async def reconcile(self, key: Key) -> float | None:
+        """Returns when to look again (seconds), or None when the object is gone."""
+        body = self.store.sdeps.get(key)
+        if body is None or body.get("metadata", {}).get("deletionTimestamp"):
+            self._conflicts.pop(key, None)
+            return None  # children go with their owner references; no finalizer needed
+        parsed = parse(body)
+        if parsed.problems:
+            logger.error("%s/%s: %s", *key, "; ".join(parsed.problems))
+        if parsed.sdep is None:
+            return self.resync_seconds
+        sdep = parsed.sdep
+        deployments = {track: self._owned(key, sdep, "Deployment", child_name(sdep, track)) for track in Track}
+        pods = self.store.children("Pod", key).values()
+        observation = observe(sdep, deployments, pods, self.clock(), guarded=self.guarded(sdep))
+        if self._conflicts.get(key):
+            names = ", ".join(sorted(self._conflicts[key]))
+            observation = _with_problem(observation, f"objects not created by specfleet already use the names {names}")
+        decision = decide(sdep.spec, sdep.status, observation)
+        await asyncio.to_thread(self._apply, key, body, sdep, decision)
+        after = decision.requeue_after.total_seconds() if decision.requeue_after is not None else None
+        return min(after, self.resync_seconds) if after is not None else self.resync_seconds
+
+    def _owned(self, key: Key, sdep: SpeculativeDeployment, kind: str, name: str) -> dict[str, Any] | None:
+        obj = self.store.children(kind, key).get(name)
+        return obj if obj is not None and controlled_by(obj, sdep.metadata.uid) else None
+
+    def _apply(self, key: Key, body: dict[str, Any], sdep: SpeculativeDeployment, decision: Decision) -> None:
+        """Children in a safe order (the Service before any deletion), then status, events, annotations."""
+        if not decision.hold_children:
+            wanted = self._desired_children(sdep, decision)
+            for manifest in wanted:
+                self._ensure(key, sdep, manifest)
+            self._delete_unwanted(key, sdep, {(m["kind"], m["metadata"]["name"]) for m in wanted})
+        self._write_status(body, sdep, decision.status)
+        for event in decision.events:
+            TRANSITIONS.labels(event.reason).inc()
+            self.kube.post_event(body, event.type, event.reason, event.message)
+        if decision.done_commands:
+            self.kube.remove_annotations(*key, list(decision.done_commands))
+
+    @staticmethod
+    def _desired_children(sdep: SpeculativeDeployment, decision: Decision) -> list[Manifest]:
+        children = [service(sdep, canary_traffic=decision.canary_traffic)]
+        for track, target in ((Track.STABLE, decision.stable), (Track.CANARY, decision.canary)):
+            if target is not None:
+                serving = sdep.model_copy(update={"spec": sdep.spec.with_serving(target.serving)})
+                children.append(deployment(serving, track, target.revision, target.replicas))
+        return children
+
+    def _ensure(self, key: Key, sdep: SpeculativeDeployment, manifest: Manifest) -> None:
+        """Create what is missing; re-apply what drifted; never take over an object someone else made."""
+        name = manifest["metadata"]["name"]
+        observed = self.store.children(manifest["kind"], key).get(name)
+        if observed is not None and not controlled_by(observed, sdep.metadata.uid):
+            self._conflicts.setdefault(key, set()).add(f"{manifest['kind']}/{name}")
+            return
+        if observed is not None and contains(observed, manifest):
+            return
+        if observed is None:
+            try:
+                self.kube.create(manifest)
+                return
+            except ConflictError:
+                existing = self.kube.get(manifest)
+                if not controlled_by(existing, sdep.metadata.uid):
+                    self._conflicts.setdefault(key, set()).add(f"{manifest['kind']}/{name}")
+                    return
+        self._conflicts.get(key, set()).discard(f"{manifest['kind']}/{name}")
+        self.kube.apply(manifest)
+
+    def _delete_unwanted(self, key: Key, sdep: SpeculativeDeployment, wanted: set[tuple[str, str]]) -> None:
+        for kind, api_version in (("Deployment", "apps/v1"), ("Service", "v1")):
+            for name, obj in self.store.children(kind, key).items():
+                if (kind, name) not in wanted and controlled_by(obj, sdep.metadata.uid):
+                    self.kube.delete(api_version, kind, key[0], name, obj["metadata"]["uid"])
+
+    def _write_status(
+        self, body: dict[str, Any], sdep: SpeculativeDeployment, status: SpeculativeDeploymentStatus
+    ) -> None:
+        new = status.model_copy(update={"selector": fleet_selector(sdep)}).model_dump(
+            mode="json", by_alias=True, exclude_none=True
+        )
+        patch = merge_patch(body.get("status") or {}, new)
+        if patch:
+            self.kube.patch_status(sdep.metadata.namespace, sdep.metadata.name, patch)
+            if status.phase in (Phase.ROLLED_BACK, Phase.ABORTED, Phase.DEGRADED):
+                logger.warning("%s/%s is %s", sdep.metadata.namespace, sdep.metadata.name, status.phase.value)
+
+
+def _with_problem(observation: Observation, problem: str) -> Observation:
+    return replace(observation, desired_revision=None, problems=(*observation.problems, problem))

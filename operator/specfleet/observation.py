@@ -1,0 +1,138 @@
+"""Read what the cluster says (raw API dicts from the watch caches) into the state machine's inputs.
+
+Pure: no API calls here. Counting comes from pods, not from Deployment status, so a Deployment that is
+rolling from one revision to another never counts old pods as Ready at the new revision.
+"""
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from specfleet.api.problems import InvalidSpecError
+from specfleet.api.resource import SpeculativeDeployment
+from specfleet.render.manifests import LABEL_NAME, LABEL_REVISION, LABEL_TRACK, Track, revision
+from specfleet.rollout import Command, Observation, TrackObservation
+from specfleet.validation import errors, spec_problems
+
+Raw = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """A SpeculativeDeployment body parsed for deciding, or why it could not be."""
+
+    sdep: SpeculativeDeployment | None
+    problems: tuple[str, ...] = ()
+
+
+def _describe(error: ValidationError) -> tuple[str, ...]:
+    return tuple(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in error.errors()[:5])
+
+
+def parse(body: Raw) -> Parsed:
+    """Parse a stored object; odd data (an old schema, a hand-edited status) becomes problems, not a crash.
+
+    A status that cannot be read is dropped (the rollout starts over from the spec) rather than
+    blocking the object forever; a spec that cannot be read leaves the object alone.
+    """
+    try:
+        return Parsed(SpeculativeDeployment.from_mapping(body))
+    except ValidationError as error:
+        problems = _describe(error)
+    try:
+        without_status = {k: v for k, v in body.items() if k != "status"}
+        return Parsed(SpeculativeDeployment.from_mapping(without_status), ("status unreadable, ignored", *problems))
+    except ValidationError as error:
+        return Parsed(None, ("spec unreadable", *_describe(error)))
+
+
+def desired_revision(sdep: SpeculativeDeployment) -> tuple[str | None, tuple[str, ...]]:
+    """The revision the spec renders to, or None with the reasons it cannot be rendered."""
+    problems = errors(spec_problems(sdep.spec))
+    if problems:
+        return None, tuple(str(p) for p in problems)
+    try:
+        return revision(sdep.spec), ()
+    except InvalidSpecError as error:
+        return None, tuple(str(p) for p in error.problems)
+
+
+def controlled_by(obj: Raw, uid: str | None) -> bool:
+    """Whether `obj` is a child of the SpeculativeDeployment with this uid (never touch anything else)."""
+    refs = obj.get("metadata", {}).get("ownerReferences") or []
+    return uid is not None and any(ref.get("uid") == uid and ref.get("controller") for ref in refs)
+
+
+def _is_ready(pod: Raw) -> bool:
+    if pod.get("metadata", {}).get("deletionTimestamp"):
+        return False
+    conditions = pod.get("status", {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _unschedulable(pod: Raw) -> str:
+    for condition in pod.get("status", {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("reason") == "Unschedulable":
+            return str(condition.get("message", "Unschedulable"))
+    return ""
+
+
+def track_observation(deployment: Raw | None, pods: Iterable[Raw]) -> TrackObservation:
+    """One track: the Deployment's current revision and how many of its pods at that revision are Ready."""
+    pods = list(pods)
+    pending = next((m for m in (_unschedulable(p) for p in pods) if m), "")
+    if deployment is None:
+        return TrackObservation(unschedulable=pending)
+    template_labels = deployment.get("spec", {}).get("template", {}).get("metadata", {}).get("labels") or {}
+    current = template_labels.get(LABEL_REVISION)
+    ready = sum(1 for p in pods if _is_ready(p) and p["metadata"].get("labels", {}).get(LABEL_REVISION) == current)
+    wanted = deployment.get("spec", {}).get("replicas", 1)
+    status = deployment.get("status") or {}
+    settled = (
+        status.get("observedGeneration", 0) >= deployment.get("metadata", {}).get("generation", 0)
+        and status.get("updatedReplicas", 0) == wanted
+        and status.get("replicas", 0) == wanted
+        and ready >= wanted
+    )
+    return TrackObservation(revision=current, ready=ready, settled=settled, unschedulable=pending)
+
+
+def pods_of(pods: Iterable[Raw], name: str, track: Track) -> list[Raw]:
+    return [
+        p
+        for p in pods
+        if p.get("metadata", {}).get("labels", {}).get(LABEL_NAME) == name
+        and p["metadata"]["labels"].get(LABEL_TRACK) == track.value
+    ]
+
+
+def observe(
+    sdep: SpeculativeDeployment,
+    deployments: Mapping[Track, Raw | None],
+    pods: Iterable[Raw],
+    now: datetime,
+    *,
+    guarded: bool,
+) -> Observation:
+    """The state machine's view of one SpeculativeDeployment and its children."""
+    pods = list(pods)
+    desired, problems = desired_revision(sdep)
+    commands = {
+        c.annotation: value for c in Command if (value := sdep.metadata.annotations.get(c.annotation)) is not None
+    }
+    tracks = {
+        track: track_observation(deployments.get(track), pods_of(pods, sdep.metadata.name, track)) for track in Track
+    }
+    return Observation(
+        now=now,
+        generation=sdep.metadata.generation or 0,
+        desired_revision=desired,
+        problems=problems,
+        stable=tracks[Track.STABLE],
+        canary=tracks[Track.CANARY],
+        commands=commands,
+        guarded=guarded,
+    )

@@ -1,0 +1,56 @@
+"""The work queue: due order, dedup, and never one key twice at once."""
+
+import asyncio
+
+from specfleet.controller.queue import WorkQueue
+
+
+async def _take(queue: WorkQueue, timeout: float = 1.0) -> object:
+    return await asyncio.wait_for(queue.get(), timeout)
+
+
+def test_keys_come_out_due_first_and_once() -> None:
+    async def scenario() -> list[object]:
+        queue = WorkQueue()
+        queue.add("later", after=0.05)
+        queue.add("now")
+        queue.add("now")
+        first = await _take(queue)
+        second = await _take(queue)
+        return [first, second, len(queue)]
+
+    assert asyncio.run(scenario()) == ["now", "later", 0]
+
+
+def test_sooner_request_wins_over_a_later_one() -> None:
+    async def scenario() -> object:
+        queue = WorkQueue()
+        queue.add("a", after=60)
+        queue.add("a", after=0)
+        return await _take(queue, timeout=0.5)
+
+    assert asyncio.run(scenario()) == "a"
+
+
+def test_a_key_added_while_active_waits_for_done() -> None:
+    async def scenario() -> tuple[int, int, object]:
+        queue = WorkQueue()
+        queue.add("a")
+        await _take(queue)
+        queue.add("a")  # while it is being processed: held back, not queued
+        while_active = len(queue)
+        queue.done("a")
+        return while_active, len(queue), await _take(queue)
+
+    assert asyncio.run(scenario()) == (0, 1, "a")
+
+
+def test_forgotten_keys_are_not_handed_out() -> None:
+    async def scenario() -> object:
+        queue = WorkQueue()
+        queue.add("gone")
+        queue.forget("gone")
+        queue.add("kept", after=0.01)
+        return await _take(queue)
+
+    assert asyncio.run(scenario()) == "kept"
