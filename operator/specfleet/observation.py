@@ -120,8 +120,11 @@ def observe(
     """The state machine's view of one SpeculativeDeployment and its children."""
     pods = list(pods)
     desired, problems = desired_revision(sdep)
-    commands = {
-        c.annotation: value for c in Command if (value := sdep.metadata.annotations.get(c.annotation)) is not None
+    meta = sdep.metadata
+    commands = {  # value@time: the same value given again after it was consumed is a new command
+        c.annotation: f"{value}@{meta.annotation_set_at(c.annotation)}"
+        for c in Command
+        if (value := meta.annotations.get(c.annotation)) is not None
     }
     tracks = {
         track: track_observation(deployments.get(track), pods_of(pods, sdep.metadata.name, track)) for track in Track

@@ -1,7 +1,24 @@
 """Pure helpers to decide whether a write is needed, and what the smallest write is."""
 
+import copy
+import hashlib
+import json
 from collections.abc import Mapping
 from typing import Any
+
+APPLIED_ANNOTATION = "specfleet.io/applied"
+
+
+def stamped(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The manifest with a digest of itself as an annotation.
+
+    `contains` alone cannot see a key that the new manifest dropped (a Service selector losing its
+    track label): the digest changes then, so the object is applied again.
+    """
+    out = copy.deepcopy(dict(manifest))
+    digest = hashlib.sha256(json.dumps(out, sort_keys=True).encode()).hexdigest()[:16]
+    out["metadata"].setdefault("annotations", {})[APPLIED_ANNOTATION] = digest
+    return out
 
 
 def contains(observed: Any, desired: Any) -> bool:

@@ -1,6 +1,6 @@
 """Write avoidance: drift detection and minimal merge patches."""
 
-from specfleet.patches import contains, merge_patch
+from specfleet.patches import contains, merge_patch, stamped
 
 
 def test_server_defaults_do_not_count_as_drift() -> None:
@@ -39,3 +39,12 @@ def test_merge_patch_nulls_removed_keys_at_every_depth() -> None:
 
 def test_merge_patch_replaces_lists_whole() -> None:
     assert merge_patch({"history": [1, 2]}, {"history": [2, 3]}) == {"history": [2, 3]}
+
+
+def test_a_dropped_key_changes_the_stamp_so_it_is_applied_again() -> None:
+    with_track = {"metadata": {"name": "s"}, "spec": {"selector": {"name": "x", "track": "stable"}}}
+    without = {"metadata": {"name": "s"}, "spec": {"selector": {"name": "x"}}}
+    observed = stamped(with_track)
+    assert contains(observed, stamped(with_track))
+    assert contains(observed, without)  # a plain subset check would call this "no drift"
+    assert not contains(observed, stamped(without))

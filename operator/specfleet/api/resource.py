@@ -34,6 +34,17 @@ class ObjectMeta(ApiModel):
     generation: int | None = None
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
+    managed_fields: list[dict[str, Any]] = []
+    """Who set which field when: tells a command annotation given again from one never removed."""
+
+    def annotation_set_at(self, key: str) -> str:
+        """When `key` was last written, from managedFields ('' when the server did not say)."""
+        times = [
+            str(entry.get("time", ""))
+            for entry in self.managed_fields
+            if f"f:{key}" in ((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:annotations", {})
+        ]
+        return max(times, default="")
 
 
 class SpeculativeDeployment(ApiModel):

@@ -16,7 +16,7 @@ from specfleet.controller.metrics import RECONCILE_SECONDS, RECONCILES, TRANSITI
 from specfleet.controller.queue import WorkQueue
 from specfleet.controller.store import Key, Store
 from specfleet.observation import controlled_by, observe, parse
-from specfleet.patches import contains, merge_patch
+from specfleet.patches import contains, merge_patch, stamped
 from specfleet.render.manifests import Manifest, Track, child_name, deployment, fleet_selector, service
 from specfleet.rollout import Decision, Observation, decide
 
@@ -92,7 +92,7 @@ class Reconciler:
     def _apply(self, key: Key, body: dict[str, Any], sdep: SpeculativeDeployment, decision: Decision) -> None:
         """Children in a safe order (the Service before any deletion), then status, events, annotations."""
         if not decision.hold_children:
-            wanted = self._desired_children(sdep, decision)
+            wanted = [stamped(m) for m in self._desired_children(sdep, decision)]
             for manifest in wanted:
                 self._ensure(key, sdep, manifest)
             self._delete_unwanted(key, sdep, {(m["kind"], m["metadata"]["name"]) for m in wanted})

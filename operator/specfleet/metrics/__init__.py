@@ -1,0 +1,1 @@
+"""Everything about vLLM's Prometheus metrics: names, the labels pods are scraped with, PromQL, queries."""

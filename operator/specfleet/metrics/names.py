@@ -1,0 +1,36 @@
+"""vLLM's metric names (v1 engine, `vllm/v1/metrics/loggers.py`) and the target labels specfleet relies on.
+
+Pods are scraped with their `specfleet.io/*` labels as target labels, sanitised the way the Prometheus
+operator's PodMonitor `podTargetLabels` does it (`specfleet.io/track` -> `specfleet_io_track`). The
+simulator writes file_sd targets with exactly these labels, and the chart's PodMonitor produces them.
+"""
+
+from specfleet.render.manifests import LABEL_NAME, LABEL_REVISION, LABEL_TRACK
+
+
+def prometheus_label(pod_label: str) -> str:
+    """`specfleet.io/track` -> `specfleet_io_track`."""
+    return "".join(c if c.isalnum() else "_" for c in pod_label)
+
+
+NAMESPACE = "namespace"
+POD = "pod"
+SDEP = prometheus_label(LABEL_NAME)
+TRACK = prometheus_label(LABEL_TRACK)
+REVISION = prometheus_label(LABEL_REVISION)
+POD_TARGET_LABELS = (LABEL_NAME, LABEL_TRACK, LABEL_REVISION)
+
+NUM_DRAFTS = "vllm:spec_decode_num_drafts_total"
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
+ACCEPTED_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+INTER_TOKEN_LATENCY = "vllm:inter_token_latency_seconds"
+TIME_TO_FIRST_TOKEN = "vllm:time_to_first_token_seconds"
+E2E_LATENCY = "vllm:e2e_request_latency_seconds"
+PROMPT_TOKENS = "vllm:prompt_tokens_total"
+GENERATION_TOKENS = "vllm:generation_tokens_total"
+REQUESTS_RUNNING = "vllm:num_requests_running"
+REQUESTS_WAITING = "vllm:num_requests_waiting"
+KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
+REQUEST_SUCCESS = "vllm:request_success_total"
+FAILED_FINISH_REASONS = ("error", "abort")

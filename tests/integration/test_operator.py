@@ -1,0 +1,294 @@
+"""The operator (`specfleet run`, a real process) against the real dev cluster: whole rollouts, end to end.
+
+Each test gets its own namespace and its own operator process watching only that namespace, so a test
+can kill and restart "the operator" without touching the others. Waits poll with a deadline.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import kubernetes
+import pytest
+import yaml
+
+from specfleet.devcluster.cluster import ClusterInfo
+
+pytestmark = pytest.mark.integration
+
+T = TypeVar("T")
+GROUP, VERSION, PLURAL = "specfleet.io", "v1alpha1", "speculativedeployments"
+
+
+def wait_for(what: str, probe: Callable[[], T], timeout: float = 60.0) -> T:
+    """Poll `probe` until it returns something truthy; fail with `what` and the last value at the deadline."""
+    deadline = time.monotonic() + timeout
+    value = probe()
+    while not value:
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}; last: {value!r}")
+        time.sleep(0.25)
+        value = probe()
+    return value
+
+
+class Operator:
+    """`specfleet run` as a child process, restricted to one namespace."""
+
+    def __init__(self, cluster: ClusterInfo, namespace: str, log: Path) -> None:
+        self.cluster, self.namespace, self.log = cluster, namespace, log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        command = [sys.executable, "-m", "specfleet.cli", "run", "--namespace", self.namespace, "--liveness", ""]
+        command += ["--kubeconfig", str(self.cluster.kubeconfig), "--resync", "30"]
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+
+    def kill(self) -> None:
+        """SIGKILL: no clean-up code runs, as when a node dies."""
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+class Fleet:
+    """Helpers over the API for one namespace."""
+
+    def __init__(self, api: kubernetes.client.ApiClient, cluster: ClusterInfo, namespace: str) -> None:
+        self.custom = kubernetes.client.CustomObjectsApi(api)
+        self.apps = kubernetes.client.AppsV1Api(api)
+        self.core = kubernetes.client.CoreV1Api(api)
+        self.cluster, self.namespace = cluster, namespace
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        command = [str(self.cluster.kubectl), "--kubeconfig", str(self.cluster.kubeconfig), "-n", self.namespace]
+        return subprocess.run([*command, *args], input=stdin, capture_output=True, text=True, timeout=60, check=check)
+
+    def apply(self, document: dict[str, Any]) -> None:
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(document))
+
+    def get(self, name: str) -> dict[str, Any]:
+        return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
+
+    def status(self, name: str) -> dict[str, Any]:
+        return self.get(name).get("status") or {}
+
+    def patch_spec(self, name: str, spec: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name, {"spec": spec})
+
+    def annotate(self, name: str, key: str, value: str) -> None:
+        self.kubectl("annotate", "--overwrite", f"sdep/{name}", f"{key}={value}")
+
+    def deployments(self) -> dict[str, Any]:
+        return {d.metadata.name: d for d in self.apps.list_namespaced_deployment(self.namespace).items}
+
+    def pods(self, selector: str) -> list[Any]:
+        return self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
+
+    def phase_is(self, name: str, phase: str) -> Callable[[], dict[str, Any] | None]:
+        def probe() -> dict[str, Any] | None:
+            status = self.status(name)
+            return status if status.get("phase") == phase else None
+
+        return probe
+
+
+@pytest.fixture
+def operator(dev_cluster: ClusterInfo, crd_installed: None, namespace: str, tmp_path: Path) -> Iterator[Operator]:
+    running = Operator(dev_cluster, namespace, tmp_path / "operator.log")
+    running.start()
+    yield running
+    running.stop()
+    if os.environ.get("SPECFLEET_SHOW_OPERATOR_LOG"):
+        print(running.log.read_text())
+
+
+@pytest.fixture
+def fleet(k8s_api: kubernetes.client.ApiClient, dev_cluster: ClusterInfo, namespace: str) -> Fleet:
+    return Fleet(k8s_api, dev_cluster, namespace)
+
+
+def sdep(name: str = "llama", replicas: int = 2, steps: list[dict[str, Any]] | None = None, **spec: Any) -> dict:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "SpeculativeDeployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+            "speculative": {
+                "method": "eagle3",
+                "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+                "revision": "main",
+                "numSpeculativeTokens": 4,
+            },
+            "engine": {"tensorParallelSize": 2},
+            "accelerator": {"productNames": ["AMD_Instinct_MI300X_OAM"]},
+            "rollout": {
+                "steps": steps
+                or [{"weight": 25, "pause": {"duration": "2s"}}, {"weight": 50, "pause": {"duration": "2s"}}]
+            },
+            **spec,
+        },
+    }
+
+
+def healthy(fleet: Fleet, name: str = "llama", **kwargs: Any) -> dict[str, Any]:
+    fleet.apply(sdep(name, **kwargs))
+    return wait_for(f"{name} Healthy", fleet.phase_is(name, "Healthy"))
+
+
+def test_create_becomes_healthy_on_the_right_fake_amd_nodes(operator: Operator, fleet: Fleet) -> None:
+    status = healthy(fleet)
+    assert status["readyReplicas"]["stable"] == 2 and status["replicas"] == 2
+    pods = fleet.pods("specfleet.io/name=llama")
+    assert len(pods) == 2 and all(p.status.phase == "Running" for p in pods)
+    nodes = {p.spec.node_name for p in pods}
+    for node in nodes:
+        labels = fleet.core.read_node(node).metadata.labels
+        assert labels["amd.com/gpu.product-name"] == "AMD_Instinct_MI300X_OAM"
+    container = pods[0].spec.containers[0]
+    assert container.resources.limits == {"amd.com/gpu": "2"}
+    assert container.args[:1] == ["meta-llama/Llama-3.1-8B-Instruct"]
+    available = next(c for c in status["conditions"] if c["type"] == "Available")
+    assert available["status"] == "True"
+    listing = fleet.kubectl("get", "sdep", "llama").stdout
+    assert "Healthy" in listing and status["stableRevision"] in listing
+
+
+def test_scale_subresource_and_drift_correction(operator: Operator, fleet: Fleet) -> None:
+    healthy(fleet)
+    fleet.kubectl("scale", "sdep/llama", "--replicas=3")
+    wait_for("3 stable replicas", lambda: fleet.status("llama").get("readyReplicas", {}).get("stable") == 3)
+    assert fleet.deployments()["llama-stable"].spec.replicas == 3
+    revision = fleet.status("llama")["stableRevision"]
+    assert "canaryRevision" not in fleet.status("llama"), "replicas must not start a canary"
+
+    fleet.kubectl("scale", "deployment/llama-stable", "--replicas=1")  # someone else edits a child
+    wait_for("the operator to restore 3 replicas", lambda: fleet.deployments()["llama-stable"].spec.replicas == 3)
+    assert fleet.status("llama")["stableRevision"] == revision
+
+
+def test_speculative_change_walks_the_steps_and_promotes(operator: Operator, fleet: Fleet) -> None:
+    before = healthy(fleet)["stableRevision"]
+    fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 3}})
+    canary = wait_for("a canary", lambda: fleet.status("llama").get("canaryRevision"))
+    assert canary != before
+    wait_for("the canary Deployment", lambda: "llama-canary" in fleet.deployments())
+    wait_for("canary traffic", lambda: fleet.status("llama").get("canaryWeight", 0) > 0)
+    status = wait_for(
+        "promotion",
+        lambda: (s := fleet.status("llama")).get("phase") == "Healthy" and s.get("stableRevision") == canary and s,
+    )
+    assert status["history"][-1]["outcome"] == "Promoted"
+    wait_for("the canary Deployment to go", lambda: "llama-canary" not in fleet.deployments())
+    pods = fleet.pods("specfleet.io/name=llama")
+    assert {p.metadata.labels["specfleet.io/revision"] for p in pods if p.status.phase == "Running"} == {canary}
+    args = fleet.deployments()["llama-stable"].spec.template.spec.containers[0].args
+    assert '"num_speculative_tokens":3' in args[args.index("--speculative-config") + 1]
+
+
+def test_abort_returns_traffic_to_stable_and_is_not_retried(operator: Operator, fleet: Fleet) -> None:
+    gate = [{"weight": 50, "pause": {}}]
+    healthy(fleet, steps=gate)
+    fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 2}})
+    wait_for("the manual gate", fleet.phase_is("llama", "Paused"))
+    assert fleet.core.read_namespaced_service("llama", fleet.namespace).spec.selector == {"specfleet.io/name": "llama"}
+
+    fleet.annotate("llama", "specfleet.io/abort", "now")
+    status = wait_for("abort", fleet.phase_is("llama", "Aborted"))
+    assert status["history"][-1]["outcome"] == "Aborted" and "canaryRevision" not in status
+    selector = fleet.core.read_namespaced_service("llama", fleet.namespace).spec.selector
+    assert selector == {"specfleet.io/name": "llama", "specfleet.io/track": "stable"}
+    wait_for("the canary Deployment to go", lambda: "llama-canary" not in fleet.deployments())
+    wait_for(
+        "the abort annotation to be consumed",
+        lambda: "specfleet.io/abort" not in (fleet.get("llama")["metadata"].get("annotations") or {}),
+    )
+    assert fleet.status("llama")["phase"] == "Aborted" and "llama-canary" not in fleet.deployments()
+
+    fleet.annotate("llama", "specfleet.io/retry", "1")
+    wait_for("the canary again", lambda: fleet.status("llama").get("canaryRevision"))
+
+
+def test_a_change_during_a_canary_replaces_it(operator: Operator, fleet: Fleet) -> None:
+    healthy(fleet, steps=[{"weight": 50, "pause": {}}])
+    fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 2}})
+    first = wait_for("the first canary", lambda: fleet.status("llama").get("canaryRevision"))
+    fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 3}})
+    second = wait_for("the second canary", lambda: (c := fleet.status("llama").get("canaryRevision")) != first and c)
+    history = fleet.status("llama")["history"]
+    assert history[-1]["revision"] == first and history[-1]["outcome"] == "Superseded"
+    wait_for("the gate at the new revision", fleet.phase_is("llama", "Paused"))
+    labels = fleet.deployments()["llama-canary"].spec.template.metadata.labels
+    assert labels["specfleet.io/revision"] == second
+
+
+def test_a_canary_that_never_gets_ready_is_aborted_at_the_deadline(operator: Operator, fleet: Fleet) -> None:
+    healthy(fleet, rollout={"progressDeadline": "8s", "steps": [{"weight": 50}]})
+    fleet.patch_spec("llama", {"accelerator": {"productNames": ["AMD_Instinct_MI999_OAM"]}})
+    status = wait_for("the deadline", fleet.phase_is("llama", "Aborted"))
+    reason = status["history"][-1]["reason"]
+    assert "ProgressDeadlineExceeded" in reason and "node affinity" in reason
+    wait_for("the canary Deployment to go", lambda: "llama-canary" not in fleet.deployments())
+
+
+def test_a_killed_operator_resumes_at_the_same_step_without_duplicates(operator: Operator, fleet: Fleet) -> None:
+    healthy(fleet, steps=[{"weight": 25, "pause": {}}, {"weight": 50, "pause": {}}])
+    fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 2}})
+    wait_for("the first gate", fleet.phase_is("llama", "Paused"))
+    operator.kill()
+    fleet.annotate("llama", "specfleet.io/promote", "step")  # given while nobody is running
+    operator.start()
+    status = wait_for(
+        "step 2", lambda: (s := fleet.status("llama")).get("currentStep") == 1 and s.get("phase") == "Paused" and s
+    )
+    assert status["canaryRevision"]
+    operator.kill()
+    operator.start()
+    fleet.annotate("llama", "specfleet.io/promote", "step")
+    wait_for("promotion after a second restart", fleet.phase_is("llama", "Healthy"))
+    assert set(fleet.deployments()) <= {"llama-stable", "llama-canary"}
+    assert [h["outcome"] for h in fleet.status("llama")["history"]] == ["Promoted"]
+
+
+def test_deletion_cleans_up_even_with_the_operator_gone(operator: Operator, fleet: Fleet) -> None:
+    healthy(fleet)
+    operator.kill()
+    assert not (fleet.get("llama")["metadata"].get("finalizers"))
+    fleet.kubectl("delete", "sdep/llama", "--wait=true", "--timeout=30s")
+    wait_for("the garbage collector to remove Deployments", lambda: not fleet.deployments())
+    wait_for("the pods to go", lambda: not fleet.pods("specfleet.io/name=llama"))
+    services = fleet.core.list_namespaced_service(fleet.namespace).items
+    wait_for("the Service to go", lambda: not fleet.core.list_namespaced_service(fleet.namespace).items)
+    assert services is not None
+
+
+def test_objects_it_did_not_create_are_left_alone(operator: Operator, fleet: Fleet) -> None:
+    foreign = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "squatter"},
+        "spec": {"selector": {"app": "other"}, "ports": [{"port": 80}]},
+    }
+    fleet.apply(foreign)
+    fleet.apply(sdep("squatter"))
+    status = wait_for("Degraded", fleet.phase_is("squatter", "Degraded"))
+    condition = next(c for c in status["conditions"] if c["type"] == "SpecValid")
+    assert "Service/squatter" in condition["message"]
+    service = fleet.core.read_namespaced_service("squatter", fleet.namespace)
+    assert service.spec.selector == {"app": "other"} and not service.metadata.owner_references

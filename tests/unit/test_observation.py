@@ -1,0 +1,87 @@
+"""Reading the cluster into the state machine's inputs: pods at the current revision, commands, odd data."""
+
+from datetime import UTC, datetime
+from typing import Any
+
+from specfleet.api.resource import SpeculativeDeployment
+from specfleet.observation import controlled_by, observe, parse, track_observation
+from specfleet.render.manifests import Track
+
+from bad_specs import BASE, merged
+
+
+def pod(revision: str, ready: bool = True, track: str = "stable", unschedulable: str = "") -> dict[str, Any]:
+    conditions = [{"type": "Ready", "status": "True" if ready else "False"}]
+    if unschedulable:
+        conditions.append(
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": unschedulable}
+        )
+    labels = {"specfleet.io/name": "llama-eagle3", "specfleet.io/track": track, "specfleet.io/revision": revision}
+    return {"metadata": {"labels": labels}, "status": {"conditions": conditions}}
+
+
+def deployment(revision: str, replicas: int = 2, updated: int = 2, total: int = 2) -> dict[str, Any]:
+    return {
+        "metadata": {"generation": 3},
+        "spec": {"replicas": replicas, "template": {"metadata": {"labels": {"specfleet.io/revision": revision}}}},
+        "status": {"observedGeneration": 3, "updatedReplicas": updated, "replicas": total},
+    }
+
+
+def test_only_ready_pods_at_the_current_revision_count() -> None:
+    observed = track_observation(deployment("new"), [pod("old"), pod("new"), pod("new", ready=False)])
+    assert observed.revision == "new" and observed.ready == 1 and not observed.settled
+
+
+def test_settled_when_every_replica_is_at_the_template() -> None:
+    observed = track_observation(deployment("new"), [pod("new"), pod("new")])
+    assert observed.settled and observed.ready == 2
+    rolling = track_observation(deployment("new", total=3), [pod("new"), pod("new"), pod("old")])
+    assert not rolling.settled
+
+
+def test_the_scheduler_message_of_a_pending_pod_is_kept() -> None:
+    message = "0/7 nodes are available: 7 Insufficient amd.com/gpu."
+    observed = track_observation(deployment("new"), [pod("new", ready=False, unschedulable=message)])
+    assert observed.unschedulable == message
+
+
+def test_a_command_given_again_after_it_was_consumed_is_new() -> None:
+    def at(time: str) -> SpeculativeDeployment:
+        meta = {
+            "annotations": {"specfleet.io/promote": "step"},
+            "managedFields": [
+                {
+                    "manager": "kubectl-annotate",
+                    "time": time,
+                    "fieldsV1": {"f:metadata": {"f:annotations": {"f:specfleet.io/promote": {}}}},
+                },
+            ],
+        }
+        return SpeculativeDeployment.from_mapping(merged(BASE, {"metadata": meta}))
+
+    now = datetime(2026, 11, 29, tzinfo=UTC)
+    first = observe(at("2026-11-29T10:00:00Z"), {}, [], now, guarded=False).commands
+    second = observe(at("2026-11-29T10:05:00Z"), {}, [], now, guarded=False).commands
+    assert first["specfleet.io/promote"].startswith("step@") and first != second
+
+
+def test_missing_deployment_reads_as_an_empty_track() -> None:
+    observation = observe(
+        SpeculativeDeployment.from_mapping(BASE), {Track.STABLE: None}, [], datetime.now(UTC), guarded=False
+    )
+    assert observation.stable.revision is None and observation.canary.ready == 0
+    assert observation.desired_revision is not None
+
+
+def test_an_unreadable_status_is_dropped_not_fatal() -> None:
+    parsed = parse(merged(BASE, {"status": {"phase": "Exploded", "currentStep": "two"}}))
+    assert parsed.sdep is not None and parsed.sdep.status.phase == "Pending"
+    assert parsed.problems[0] == "status unreadable, ignored"
+
+
+def test_ownership_is_by_controller_uid() -> None:
+    child = {"metadata": {"ownerReferences": [{"uid": "u1", "controller": True}]}}
+    assert controlled_by(child, "u1")
+    assert not controlled_by(child, "u2")
+    assert not controlled_by({"metadata": {}}, "u1")
