@@ -38,6 +38,10 @@ def run(
         typer.Option(help="kopf peering object name for HA (replicas pause while a higher priority one runs)."),
     ] = None,
     priority: Annotated[int, typer.Option(help="Peering priority of this replica.")] = 0,
+    prometheus_url: Annotated[
+        str | None,
+        typer.Option(help="Prometheus that scrapes the vLLM pods, for objects whose spec names none."),
+    ] = None,
     workers: Annotated[int, typer.Option(min=1, max=64, help="Objects reconciled at once.")] = 4,
     resync: Annotated[
         float, typer.Option(min=5, help="Seconds between two looks at an object when nothing happens.")
@@ -50,7 +54,9 @@ def run(
     if not verbose:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per handled watch event
     api_client = load_config(str(kubeconfig) if kubeconfig else None)
-    options = OperatorOptions(workers=workers, resync_seconds=resync, metrics_port=metrics_port)
+    options = OperatorOptions(
+        workers=workers, resync_seconds=resync, metrics_port=metrics_port, prometheus_url=prometheus_url
+    )
     controller = Controller(Kube(api_client), options)
     kopf.run(
         registry=controller.registry(),

@@ -30,6 +30,7 @@ class OperatorOptions:
     workers: int = 4
     resync_seconds: float = 300.0
     metrics_port: int | None = None
+    prometheus_url: str | None = None
 
 
 @dataclass
@@ -44,7 +45,13 @@ class Controller:
     def registry(self) -> kopf.OperatorRegistry:
         """A kopf registry with this controller's handlers (explicit, so tests can run several)."""
         registry = kopf.OperatorRegistry()
-        reconciler = Reconciler(self.kube, self.store, self.queue, resync_seconds=self.options.resync_seconds)
+        reconciler = Reconciler(
+            self.kube,
+            self.store,
+            self.queue,
+            resync_seconds=self.options.resync_seconds,
+            default_prometheus_url=self.options.prometheus_url,
+        )
         workers: list[asyncio.Task[None]] = []
 
         @kopf.on.login(registry=registry)

@@ -5,6 +5,7 @@ the fields it renders, so a hand edit of them is corrected); deletes carry a uid
 object that was replaced by someone else in the meantime is never deleted.
 """
 
+import base64
 import contextlib
 from datetime import UTC, datetime
 from typing import Any
@@ -115,6 +116,12 @@ class Kube:
             body={"metadata": {"annotations": dict.fromkeys(keys)}},
             content_type="application/merge-patch+json",
         )
+
+    def read_secret(self, namespace: str, name: str, key: str) -> str:
+        """One key of a Secret (the Prometheus bearer token); the value is never logged."""
+        API_REQUESTS.labels("get", "Secret").inc()
+        secret = self._resource("v1", "Secret").get(name=name, namespace=namespace)
+        return base64.b64decode(secret.data[key]).decode()
 
     def post_event(self, involved: dict[str, Any], event_type: str, reason: str, message: str) -> None:
         """A core/v1 Event on the SpeculativeDeployment (what `kubectl describe sdep` shows)."""

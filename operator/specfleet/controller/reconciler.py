@@ -11,10 +11,12 @@ from kubernetes.dynamic.exceptions import ApiException, ConflictError
 
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.status import Phase, SpeculativeDeploymentStatus
+from specfleet.controller.analysis import analyze
 from specfleet.controller.kube import Kube
 from specfleet.controller.metrics import RECONCILE_SECONDS, RECONCILES, TRANSITIONS
 from specfleet.controller.queue import WorkQueue
 from specfleet.controller.store import Key, Store
+from specfleet.metrics.prometheus import Prometheus
 from specfleet.observation import controlled_by, observe, parse
 from specfleet.patches import contains, merge_patch, stamped
 from specfleet.render.manifests import Manifest, Track, child_name, deployment, fleet_selector, service
@@ -38,8 +40,20 @@ class Reconciler:
     queue: WorkQueue
     clock: Callable[[], datetime] = utcnow
     resync_seconds: float = RESYNC_SECONDS
-    guarded: Callable[[SpeculativeDeployment], bool] = lambda sdep: False
+    default_prometheus_url: str | None = None
+    """`specfleet run --prometheus-url`: used for objects whose spec names no Prometheus."""
     _conflicts: dict[Key, set[str]] = field(default_factory=dict)
+    _providers: dict[tuple[str, str | None], Prometheus] = field(default_factory=dict)
+
+    def _prometheus_url(self, sdep: SpeculativeDeployment) -> str | None:
+        return sdep.spec.prometheus.url or self.default_prometheus_url
+
+    def _provider(self, sdep: SpeculativeDeployment, url: str) -> Prometheus:
+        secret = sdep.spec.prometheus.auth_secret
+        token = self.kube.read_secret(sdep.metadata.namespace, secret.name, secret.key) if secret else None
+        if (url, token) not in self._providers:
+            self._providers[url, token] = Prometheus(url, token)
+        return self._providers[url, token]
 
     async def run_worker(self) -> None:
         """Take keys off the queue forever; one key is never reconciled twice at once."""
@@ -76,11 +90,16 @@ class Reconciler:
         sdep = parsed.sdep
         deployments = {track: self._owned(key, sdep, "Deployment", child_name(sdep, track)) for track in Track}
         pods = self.store.children("Pod", key).values()
-        observation = observe(sdep, deployments, pods, self.clock(), guarded=self.guarded(sdep))
+        url = self._prometheus_url(sdep)
+        observation = observe(sdep, deployments, pods, self.clock(), guarded=url is not None)
         if self._conflicts.get(key):
             names = ", ".join(sorted(self._conflicts[key]))
             observation = _with_problem(observation, f"objects not created by specfleet already use the names {names}")
         decision = decide(sdep.spec, sdep.status, observation)
+        if decision.analysis_due and url is not None:
+            provider = await asyncio.to_thread(self._provider, sdep, url)
+            analysis = await asyncio.to_thread(analyze, provider, sdep, decision.status, observation.now)
+            decision = decide(sdep.spec, sdep.status, replace(observation, analysis=analysis))
         await asyncio.to_thread(self._apply, key, body, sdep, decision)
         after = decision.requeue_after.total_seconds() if decision.requeue_after is not None else None
         return min(after, self.resync_seconds) if after is not None else self.resync_seconds

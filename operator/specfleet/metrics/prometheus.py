@@ -1,0 +1,58 @@
+"""Asking Prometheus, behind one small protocol so the analysis does not care who answers.
+
+Blocking (prometheus-api-client uses requests); the caller runs it off the event loop. Every query
+has a timeout; any failure to get a well-formed answer raises ProviderError, never a number.
+"""
+
+import math
+from typing import Protocol
+
+from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from requests.exceptions import RequestException
+
+
+class ProviderError(RuntimeError):
+    """Prometheus was unreachable or gave an answer that is not a query result."""
+
+
+class MetricsProvider(Protocol):
+    def scalar(self, query: str) -> float | None:
+        """The single value of an instant query; None when the result is empty or NaN."""
+
+    def by_label(self, query: str, label: str) -> dict[str, float]:
+        """An instant vector as label value -> value (NaN samples left out)."""
+
+
+class Prometheus:
+    """A MetricsProvider over the Prometheus HTTP API."""
+
+    def __init__(self, url: str, token: str | None = None, timeout_seconds: float = 10.0) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else None
+        self._client = PrometheusConnect(url=url, headers=headers, disable_ssl=False, timeout=timeout_seconds)
+        self._url = url
+
+    def _query(self, query: str) -> list[dict]:
+        try:
+            result = self._client.custom_query(query)
+        except (PrometheusApiClientException, RequestException, ValueError) as error:
+            raise ProviderError(f"Prometheus at {self._url}: {error}") from error
+        if not isinstance(result, list):
+            raise ProviderError(f"Prometheus at {self._url} answered {type(result).__name__}, not a vector")
+        return result
+
+    def scalar(self, query: str) -> float | None:
+        samples = self._query(query)
+        if len(samples) > 1:
+            raise ProviderError(f"expected one series, got {len(samples)} for {query}")
+        if not samples:
+            return None
+        value = float(samples[0]["value"][1])
+        return None if math.isnan(value) else value
+
+    def by_label(self, query: str, label: str) -> dict[str, float]:
+        values = {}
+        for sample in self._query(query):
+            value = float(sample["value"][1])
+            if not math.isnan(value):
+                values[sample["metric"].get(label, "")] = value
+        return values
