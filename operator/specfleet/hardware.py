@@ -23,6 +23,19 @@ class GpuProduct:
     vram_gib: int
     hbm_tbps: float  # peak HBM bandwidth, TB/s: the decode floor is weight bytes / this
     cu_count: int
+    simd_count: int
+
+    def node_labels(self) -> dict[str, str]:
+        """The labels AMD's node labeller and NFD put on a node full of this GPU."""
+        return {
+            PRODUCT_NAME_LABEL: self.product_name,
+            "amd.com/gpu.family": self.family,
+            "amd.com/gpu.device-id": self.device_id,
+            "amd.com/gpu.vram": self.vram_label,
+            "amd.com/gpu.cu-count": str(self.cu_count),
+            "amd.com/gpu.simd-count": str(self.simd_count),
+            NODE_FEATURE_LABEL: "true",
+        }
 
     @property
     def vram_label(self) -> str:
@@ -30,9 +43,9 @@ class GpuProduct:
         return f"{self.vram_gib}G"
 
 
-MI300X = GpuProduct("MI300X", "AMD_Instinct_MI300X_OAM", "74a1", "AI", 192, 5.3, 304)
-MI325X = GpuProduct("MI325X", "AMD_Instinct_MI325_OAM", "74a5", "AI", 256, 6.0, 304)
-MI355X = GpuProduct("MI355X", "AMD_Instinct_MI355_OAM", "75a3", "AI", 288, 8.0, 256)
+MI300X = GpuProduct("MI300X", "AMD_Instinct_MI300X_OAM", "74a1", "AI", 192, 5.3, 304, 1216)
+MI325X = GpuProduct("MI325X", "AMD_Instinct_MI325_OAM", "74a5", "AI", 256, 6.0, 304, 1216)
+MI355X = GpuProduct("MI355X", "AMD_Instinct_MI355_OAM", "75a3", "AI", 288, 8.0, 256, 1024)
 
 PRODUCTS: tuple[GpuProduct, ...] = (MI300X, MI325X, MI355X)
 BY_PRODUCT_NAME: dict[str, GpuProduct] = {p.product_name: p for p in PRODUCTS}

@@ -1,5 +1,174 @@
 """`specfleet dev`: a real local control plane with fake AMD Instinct nodes."""
 
-import typer
+import json
+import shlex
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Annotated
 
-app = typer.Typer(help="A local Kubernetes control plane with fake AMD Instinct nodes, for demos and tests.")
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from specfleet.devcluster import cluster
+from specfleet.devcluster.binaries import COMPONENTS, BinaryError
+from specfleet.devcluster.build import BuildError, GoBuilder
+from specfleet.devcluster.config import Ports, free_ports
+from specfleet.devcluster.nodes import load_pool, pool_from_counts
+from specfleet.devcluster.paths import cache_root, default_state_dir
+
+app = typer.Typer(
+    help=(
+        "A local Kubernetes control plane with fake AMD Instinct nodes, for demos and tests.\n\n"
+        "Real etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok, built from the Go module "
+        "proxy at pinned versions, plus a real Prometheus, all on 127.0.0.1 and without containers."
+    ),
+    no_args_is_help=True,
+)
+console = Console(stderr=True)
+
+StateDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--state-dir",
+        help="Cluster state directory (default: $SPECFLEET_STATE_DIR, else ~/.local/state/specfleet/dev).",
+        show_default=False,
+    ),
+]
+
+
+def _fail(message: str) -> typer.Exit:
+    console.print(f"[red]error:[/] {message}")
+    return typer.Exit(code=1)
+
+
+@app.command()
+def up(
+    state_dir: StateDirOption = None,
+    nodes: Annotated[
+        Path | None,
+        typer.Option(
+            "--nodes",
+            help="YAML node pool, e.g. `nodes: [{product: MI300X, count: 100, gpus: 8}, {product: cpu, count: 2}]`. "
+            "Overrides the count flags.",
+            exists=True,
+            dir_okay=False,
+        ),
+    ] = None,
+    mi300x: Annotated[int, typer.Option(min=0, help="MI300X nodes.")] = 2,
+    mi325x: Annotated[int, typer.Option(min=0, help="MI325X nodes.")] = 2,
+    mi355x: Annotated[int, typer.Option(min=0, help="MI355X nodes.")] = 2,
+    cpu_nodes: Annotated[int, typer.Option(min=0, help="CPU-only nodes.")] = 1,
+    gpus_per_node: Annotated[int, typer.Option(min=0, help="amd.com/gpu per GPU node.")] = 8,
+    free: Annotated[
+        bool, typer.Option("--free-ports", help="Pick free loopback ports instead of the fixed defaults.")
+    ] = False,
+    scrape_interval: Annotated[str, typer.Option(help="Prometheus scrape and evaluation interval.")] = "5s",
+    pod_ready_delay: Annotated[
+        float,
+        typer.Option(
+            help="Seconds a pod stays unready after scheduling (mimics model loading); a pod may set its own "
+            "with the annotation pod-ready.stage.kwok.x-k8s.io/delay.",
+            min=0,
+        ),
+    ] = 0.0,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for each component to become healthy.")] = 180.0,
+) -> None:
+    """Start the dev cluster, or reuse the healthy one in the state directory (adding missing nodes).
+
+    Builds the pinned binaries first if the cache lacks them (10-30 minutes once, on 2 cores).
+    """
+    try:
+        pool = load_pool(nodes) if nodes else pool_from_counts(mi300x, mi325x, mi355x, cpu_nodes, gpus_per_node)
+    except ValueError as error:
+        raise _fail(f"{nodes}: {error}") from error
+    started = time.monotonic()
+    try:
+        info = cluster.up(
+            state_dir,
+            pool=pool,
+            ports=free_ports() if free else Ports(),
+            scrape_interval=scrape_interval,
+            pod_ready_delay_ms=round(pod_ready_delay * 1000),
+            timeout=timeout,
+            console=console,
+        )
+    except (cluster.ClusterError, BinaryError, BuildError) as error:
+        raise _fail(str(error)) from error
+    console.print(f"ready in {time.monotonic() - started:.1f}s; use it with:")
+    typer.echo(f"export KUBECONFIG={shlex.quote(str(info.kubeconfig))}")
+
+
+@app.command()
+def down(state_dir: StateDirOption = None) -> None:
+    """Stop exactly the processes `up` started (by their pid files) and delete the state directory."""
+    try:
+        stopped = cluster.down(state_dir)
+    except cluster.ClusterError as error:
+        raise _fail(str(error)) from error
+    console.print(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
+
+
+@app.command()
+def env(state_dir: StateDirOption = None) -> None:
+    """Print `export KUBECONFIG=...` for the cluster, for `eval "$(specfleet dev env)"`."""
+    info = cluster.load_info(state_dir)
+    if info is None:
+        raise _fail(f"no dev cluster in {state_dir or default_state_dir()}; run `specfleet dev up`")
+    typer.echo(f"export KUBECONFIG={shlex.quote(str(info.kubeconfig))}")
+
+
+@app.command()
+def status(
+    state_dir: StateDirOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+) -> None:
+    """Show each process: pid, port, version, health and memory. Exits 1 unless everything is healthy."""
+    current = cluster.status(state_dir)
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "state_dir": str(current.state_dir),
+                    "healthy": current.healthy,
+                    "cluster": current.info.to_json() if current.info else None,
+                    "components": [asdict(component) for component in current.components],
+                },
+                indent=2,
+            )
+        )
+    elif current.info is None:
+        console.print(f"no dev cluster in {current.state_dir}")
+    else:
+        table = Table(title=f"specfleet dev cluster ({current.state_dir})")
+        for column in ("component", "version", "pid", "port", "running", "healthy", "RSS"):
+            table.add_column(column)
+        for item in current.components:
+            table.add_row(
+                item.name,
+                item.version,
+                str(item.pid or "-"),
+                str(item.port),
+                "yes" if item.running else "[red]no[/]",
+                "yes" if item.healthy else "[red]no[/]",
+                f"{item.rss_bytes / 2**20:.0f} MiB" if item.rss_bytes else "-",
+            )
+        Console().print(table)
+        typer.echo(f"API {current.info.api_url}  Prometheus {current.info.prometheus_url}")
+        typer.echo(f"KUBECONFIG={current.info.kubeconfig}  file_sd: {current.info.file_sd_dir}")
+    if not current.healthy:
+        raise typer.Exit(code=1)
+
+
+@app.command()
+def build() -> None:
+    """Build every pinned binary into the cache ahead of time (CI calls this before the tests)."""
+    started = time.monotonic()
+    try:
+        binaries = GoBuilder(cache_root(), console).ensure(list(COMPONENTS))
+    except (BinaryError, BuildError) as error:
+        raise _fail(str(error)) from error
+    for name, path in binaries.items():
+        typer.echo(f"{name:<24} {COMPONENTS[name].version:<9} {path}")
+    console.print(f"all binaries ready in {time.monotonic() - started:.0f}s")

@@ -1,0 +1,457 @@
+"""Public API of the dev cluster: `up`, `down`, `status`, `load_info`, and the `ClusterInfo` they describe.
+
+    from specfleet.devcluster.cluster import up, down
+    info = up()                              # reuses a healthy cluster in about a second
+    api = info.api_client()                  # kubernetes.client.ApiClient with admin rights
+    (info.file_sd_dir / "canary.json").write_text(...)   # Prometheus scrapes it within 5 s
+
+This is the thin imperative shell: the flags, files and node objects come from pure modules
+(`config`, `pki`, `nodes`); processes are handled by `process` through pid files.
+"""
+
+import json
+import shutil
+import socket
+import ssl
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import yaml
+from rich.console import Console
+
+from specfleet.devcluster import config, process
+from specfleet.devcluster.binaries import (
+    COMPONENTS,
+    CONTROL_PLANE,
+    find_prometheus,
+    prometheus_version,
+)
+from specfleet.devcluster.build import GoBuilder, kwok_stage_dir
+from specfleet.devcluster.config import Layout, Ports
+from specfleet.devcluster.nodes import DEFAULT_POOL, NodePool, node_manifests
+from specfleet.devcluster.paths import cache_root, default_state_dir
+from specfleet.devcluster.pki import create_pki
+
+PROCESSES = (*CONTROL_PLANE, "prometheus")
+"""What `up` starts, in start order; `down` stops them in reverse."""
+
+_PORT_OF = {
+    "etcd": "etcd_client",
+    "kube-apiserver": "apiserver",
+    "kube-controller-manager": "controller_manager",
+    "kube-scheduler": "scheduler",
+    "kwok": "kwok",
+    "prometheus": "prometheus",
+}
+
+
+class ClusterError(RuntimeError):
+    """The cluster could not be started or is not there; the message says why and where the logs are."""
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """How to reach a running dev cluster."""
+
+    state_dir: Path
+    kubeconfig: Path
+    api_url: str
+    prometheus_url: str
+    file_sd_dir: Path
+    ports: Ports
+    binaries: dict[str, Path]
+    versions: dict[str, str]
+    node_names: tuple[str, ...]
+
+    @property
+    def kubectl(self) -> Path:
+        """kubectl at the pinned Kubernetes version (not the machine's older /usr/bin/kubectl)."""
+        return self.binaries["kubectl"]
+
+    @property
+    def helm(self) -> Path:
+        return self.binaries["helm"]
+
+    def api_client(self) -> kubernetes.client.ApiClient:
+        """A client with the admin credentials of the kubeconfig (group system:masters)."""
+        return kubernetes.config.new_client_from_config(config_file=str(self.kubeconfig))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state_dir": str(self.state_dir),
+            "kubeconfig": str(self.kubeconfig),
+            "api_url": self.api_url,
+            "prometheus_url": self.prometheus_url,
+            "file_sd_dir": str(self.file_sd_dir),
+            "ports": self.ports.as_dict(),
+            "binaries": {name: str(path) for name, path in self.binaries.items()},
+            "versions": self.versions,
+            "node_names": list(self.node_names),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "ClusterInfo":
+        return cls(
+            state_dir=Path(data["state_dir"]),
+            kubeconfig=Path(data["kubeconfig"]),
+            api_url=data["api_url"],
+            prometheus_url=data["prometheus_url"],
+            file_sd_dir=Path(data["file_sd_dir"]),
+            ports=Ports.from_dict(data["ports"]),
+            binaries={name: Path(path) for name, path in data["binaries"].items()},
+            versions=dict(data["versions"]),
+            node_names=tuple(data["node_names"]),
+        )
+
+
+@dataclass(frozen=True)
+class ComponentStatus:
+    """One process of the cluster as `dev status` shows it."""
+
+    name: str
+    version: str
+    port: int
+    pid: int | None
+    running: bool
+    healthy: bool
+    rss_bytes: int | None
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    """What runs for one state directory; `info` is None when no cluster was ever brought up there."""
+
+    state_dir: Path
+    info: ClusterInfo | None
+    components: tuple[ComponentStatus, ...] = field(default=())
+
+    @property
+    def healthy(self) -> bool:
+        return bool(self.components) and all(item.running and item.healthy for item in self.components)
+
+
+def _state_dir(state_dir: Path | None) -> Path:
+    return (state_dir or default_state_dir()).expanduser().absolute()
+
+
+def load_info(state_dir: Path | None = None) -> ClusterInfo | None:
+    """The recorded ClusterInfo of a cluster brought up in `state_dir`, or None (it may have died since)."""
+    layout = Layout(_state_dir(state_dir))
+    try:
+        return ClusterInfo.from_json(json.loads(layout.cluster_file.read_text()))
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _client_ssl_context(layout: Layout) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(layout.pki / "ca.crt"))
+    context.load_cert_chain(str(layout.pki / "admin.crt"), str(layout.pki / "admin.key"))
+    return context
+
+
+def _self_signed_ssl_context() -> ssl.SSLContext:
+    """Controller manager and scheduler serve /healthz with a certificate they generate themselves."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def _http_ok(url: str, context: ssl.SSLContext | None = None, expect: str | None = None) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=3, context=context) as response:
+            body = response.read().decode(errors="replace")
+    except (OSError, urllib.error.URLError, ssl.SSLError):
+        return False
+    return expect is None or expect in body
+
+
+def _health_checks(layout: Layout, ports: Ports) -> dict[str, Callable[[], bool]]:
+    base = f"https://{config.LOOPBACK}"
+    return {
+        "etcd": lambda: _http_ok(f"{config.etcd_url(ports)}/health", expect='"health":"true"'),
+        "kube-apiserver": lambda: _http_ok(f"{config.api_url(ports)}/readyz", _client_ssl_context(layout)),
+        "kube-controller-manager": lambda: _http_ok(
+            f"{base}:{ports.controller_manager}/healthz", _self_signed_ssl_context()
+        ),
+        "kube-scheduler": lambda: _http_ok(f"{base}:{ports.scheduler}/healthz", _self_signed_ssl_context()),
+        "kwok": lambda: _http_ok(f"http://{config.LOOPBACK}:{ports.kwok}/healthz"),
+        "prometheus": lambda: _http_ok(f"{config.prometheus_url(ports)}/-/ready"),
+    }
+
+
+def status(state_dir: Path | None = None) -> ClusterStatus:
+    """Pid, port, version, health and memory of every process of the cluster in `state_dir`."""
+    layout = Layout(_state_dir(state_dir))
+    info = load_info(layout.state_dir)
+    if info is None:
+        return ClusterStatus(layout.state_dir, None)
+    checks = _health_checks(layout, info.ports)
+    components = []
+    for name in PROCESSES:
+        record = process.read_record(layout.pid_file(name))
+        running = record is not None and process.is_alive(record)
+        components.append(
+            ComponentStatus(
+                name=name,
+                version=info.versions.get(name, "unknown"),
+                port=getattr(info.ports, _PORT_OF[name]),
+                pid=record.pid if record else None,
+                running=running,
+                healthy=running and checks[name](),
+                rss_bytes=process.rss_bytes(record.pid) if record and running else None,
+            )
+        )
+    return ClusterStatus(layout.state_dir, info, tuple(components))
+
+
+def down(state_dir: Path | None = None) -> list[str]:
+    """Stop the processes recorded in the pid files (nothing else) and delete the state directory.
+
+    Returns the names of the processes that were still running.
+    """
+    layout = Layout(_state_dir(state_dir))
+    if not layout.state_dir.exists():
+        return []
+    if not layout.marker.exists():
+        raise ClusterError(f"{layout.state_dir} is not a specfleet dev cluster state directory; not touching it")
+    stopped = [name for name in reversed(PROCESSES) if process.stop(layout.pid_file(name))]
+    shutil.rmtree(layout.state_dir)
+    return stopped
+
+
+def _wait_for(what: str, check: Callable[[], bool], timeout: float, layout: Layout, names: tuple[str, ...]) -> None:
+    """Poll `check` until it holds; fail early, with the log tail, if one of `names` has exited."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        for name in names:
+            record = process.read_record(layout.pid_file(name))
+            if record is None or not process.is_alive(record):
+                raise ClusterError(f"{name} exited while waiting for {what}:\n{_log_tail(layout, name)}")
+        time.sleep(0.2)
+    raise ClusterError(
+        f"timed out after {timeout:.0f}s waiting for {what}; logs: {layout.state_dir / 'logs'}\n"
+        + "\n".join(_log_tail(layout, name) for name in names)
+    )
+
+
+def _log_tail(layout: Layout, name: str, lines: int = 15) -> str:
+    try:
+        tail = layout.log_file(name).read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return f"({name}: no log)"
+    return f"--- {layout.log_file(name)} (last {len(tail)} lines) ---\n" + "\n".join(tail)
+
+
+def _check_ports_free(ports: Ports) -> None:
+    for name, port in ports.as_dict().items():
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            # Like the servers themselves: a port in TIME_WAIT after `down` is free, a listener is not.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((config.LOOPBACK, port))
+            except OSError as error:
+                raise ClusterError(
+                    f"port {port} ({name}) on {config.LOOPBACK} is in use: another dev cluster or program holds it. "
+                    "Stop it (`specfleet dev down`, maybe with --state-dir) or start with --free-ports."
+                ) from error
+
+
+def _write_kubeconfigs(layout: Layout, ports: Ports) -> None:
+    pki = layout.pki
+    ca = (pki / "ca.crt").read_bytes()
+
+    def render(certificate: str, user: str) -> str:
+        return config.render_kubeconfig(
+            config.api_url(ports), ca, (pki / f"{certificate}.crt").read_bytes(),
+            (pki / f"{certificate}.key").read_bytes(), user,
+        )  # fmt: skip
+
+    layout.kubeconfig.write_text(render("admin", "specfleet-dev-admin"))
+    layout.kubeconfig.chmod(0o600)
+    for component in ("controller-manager", "scheduler", "kwok"):
+        path = layout.component_kubeconfig(component)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render(component, component))
+        path.chmod(0o600)
+
+
+def _write_configs(
+    layout: Layout, ports: Ports, stage_dir: Path, scrape_interval: str, pod_ready_delay_ms: int
+) -> None:
+    stages = [yaml.safe_load(path.read_text()) for path in sorted(stage_dir.glob("*.yaml"))]
+    layout.kwok_config.parent.mkdir(parents=True, exist_ok=True)
+    layout.kwok_config.write_text(config.render_kwok_config(stages, pod_ready_delay_ms))
+    layout.file_sd_dir.mkdir(parents=True, exist_ok=True)
+    layout.prometheus_config.write_text(config.render_prometheus_config(layout, ports, scrape_interval))
+
+
+def _ensure_nodes(api: kubernetes.client.ApiClient, pool: NodePool) -> tuple[str, ...]:
+    """Create the pool's nodes that do not exist yet (nodes are never removed, so `up` can grow a pool)."""
+    core = kubernetes.client.CoreV1Api(api)
+    existing = {node.metadata.name for node in core.list_node().items}
+    manifests = node_manifests(pool)
+    for manifest in manifests:
+        if manifest["metadata"]["name"] not in existing:
+            core.create_node(manifest)
+    return tuple(manifest["metadata"]["name"] for manifest in manifests)
+
+
+def _nodes_ready(api: kubernetes.client.ApiClient, names: tuple[str, ...]) -> bool:
+    ready = {
+        node.metadata.name
+        for node in kubernetes.client.CoreV1Api(api).list_node().items
+        if any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
+    }
+    return ready.issuperset(names)
+
+
+def _default_service_account_exists(api: kubernetes.client.ApiClient) -> bool:
+    """Pods are refused until the serviceaccount controller has made `default/default`."""
+    try:
+        kubernetes.client.CoreV1Api(api).read_namespaced_service_account("default", "default")
+    except kubernetes.client.ApiException:
+        return False
+    return True
+
+
+def _write_cluster_file(layout: Layout, info: ClusterInfo) -> None:
+    """What `load_info` reads back; written last, so its presence means the cluster came up completely."""
+    layout.cluster_file.write_text(
+        json.dumps({**info.to_json(), "written_at": datetime.now(UTC).isoformat()}, indent=2)
+    )
+
+
+def _running_healthy(layout: Layout) -> ClusterInfo | None:
+    current = status(layout.state_dir)
+    return current.info if current.healthy else None
+
+
+def up(
+    state_dir: Path | None = None,
+    *,
+    pool: NodePool = DEFAULT_POOL,
+    ports: Ports | None = None,
+    scrape_interval: str = "5s",
+    pod_ready_delay_ms: int = 0,
+    timeout: float = 180.0,
+    console: Console | None = None,
+) -> ClusterInfo:
+    """Start a cluster in `state_dir`, or reuse the healthy one already there (then only missing nodes are added).
+
+    `ports`, `scrape_interval` and `pod_ready_delay_ms` apply when a cluster is created; a reused cluster
+    keeps its own. Binaries missing from the cache are built first (many minutes the very first time).
+    """
+    console = console or Console(stderr=True)
+    layout = Layout(_state_dir(state_dir))
+    reused = _running_healthy(layout)
+    if reused is not None:
+        api = reused.api_client()
+        try:
+            node_names = _ensure_nodes(api, pool)
+            _wait_for("fake nodes Ready", lambda: _nodes_ready(api, node_names), timeout, layout, ("kwok",))
+        finally:
+            api.close()
+        added = tuple(name for name in node_names if name not in reused.node_names)
+        if added:
+            reused = replace(reused, node_names=reused.node_names + added)
+            _write_cluster_file(layout, reused)
+        return reused
+    if layout.state_dir.exists() and any(layout.state_dir.iterdir()):
+        console.print(f"[yellow]cluster in {layout.state_dir} is not healthy: recreating it[/]")
+        down(layout.state_dir)
+    return _start(layout, pool, ports or Ports(), scrape_interval, pod_ready_delay_ms, timeout, console)
+
+
+def _start(
+    layout: Layout,
+    pool: NodePool,
+    ports: Ports,
+    scrape_interval: str,
+    pod_ready_delay_ms: int,
+    timeout: float,
+    console: Console,
+) -> ClusterInfo:
+    cache = cache_root()
+    prometheus = find_prometheus()  # before a long build: a missing package should fail fast
+    binaries = {**GoBuilder(cache, console).ensure(list(COMPONENTS)), "prometheus": prometheus}
+    _check_ports_free(ports)
+    layout.state_dir.mkdir(parents=True, exist_ok=True)
+    layout.marker.write_text("specfleet dev cluster state; `specfleet dev down` deletes this directory\n")
+    started = time.monotonic()
+    try:
+        with console.status("starting the dev cluster") as progress:
+            create_pki(layout.pki, config.KUBERNETES_SERVICE_IP)
+            _write_kubeconfigs(layout, ports)
+            _write_configs(layout, ports, kwok_stage_dir(cache), scrape_interval, pod_ready_delay_ms)
+            checks = _health_checks(layout, ports)
+            commands = {
+                "etcd": config.etcd_command,
+                "kube-apiserver": config.apiserver_command,
+                "kube-controller-manager": config.controller_manager_command,
+                "kube-scheduler": config.scheduler_command,
+                "kwok": config.kwok_command,
+                "prometheus": config.prometheus_command,
+            }
+
+            def launch(*names: str) -> None:
+                for name in names:
+                    command = commands[name](binaries[name], layout, ports)
+                    process.start(command, layout.pid_file(name), layout.log_file(name))
+
+            launch("etcd", "prometheus")
+            progress.update("waiting for etcd")
+            _wait_for("etcd /health", checks["etcd"], timeout, layout, ("etcd",))
+            launch("kube-apiserver")
+            progress.update("waiting for kube-apiserver /readyz")
+            _wait_for("kube-apiserver /readyz", checks["kube-apiserver"], timeout, layout, ("kube-apiserver",))
+            launch("kube-controller-manager", "kube-scheduler", "kwok")
+            api = kubernetes.config.new_client_from_config(config_file=str(layout.kubeconfig))
+            try:
+                progress.update(f"creating {pool.node_count} fake nodes")
+                node_names = _ensure_nodes(api, pool)
+                progress.update("waiting for controllers, scheduler, kwok and Prometheus")
+                for name in ("kube-controller-manager", "kube-scheduler", "kwok", "prometheus"):
+                    _wait_for(f"{name} health", checks[name], timeout, layout, (name,))
+                _wait_for("fake nodes Ready", lambda: _nodes_ready(api, node_names), timeout, layout, ("kwok",))
+                _wait_for(
+                    "the default ServiceAccount",
+                    lambda: _default_service_account_exists(api),
+                    timeout,
+                    layout,
+                    ("kube-controller-manager",),
+                )
+            finally:
+                api.close()
+    except BaseException:
+        for name in reversed(PROCESSES):
+            process.stop(layout.pid_file(name))
+        raise
+    versions = {name: COMPONENTS[name].version for name in COMPONENTS}
+    versions["prometheus"] = prometheus_version(binaries["prometheus"])
+    info = ClusterInfo(
+        state_dir=layout.state_dir,
+        kubeconfig=layout.kubeconfig,
+        api_url=config.api_url(ports),
+        prometheus_url=config.prometheus_url(ports),
+        file_sd_dir=layout.file_sd_dir,
+        ports=ports,
+        binaries=binaries,
+        versions=versions,
+        node_names=node_names,
+    )
+    _write_cluster_file(layout, info)
+    console.print(
+        f"[green]dev cluster up[/] in {time.monotonic() - started:.1f}s: {len(node_names)} nodes, "
+        f"API {info.api_url}, Prometheus {info.prometheus_url}"
+    )
+    return info

@@ -1,0 +1,118 @@
+"""Start and stop the cluster's processes through pid files, never by name.
+
+A pid file records the pid and the process's start time (field 22 of /proc/<pid>/stat): a pid that the
+kernel has since given to an unrelated process has another start time, so `stop` leaves it alone.
+Processes run in their own session, so a Ctrl-C in the shell that ran `dev up` does not kill them.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ProcessRecord:
+    """What a pid file holds."""
+
+    pid: int
+    start_time: int
+    command: list[str]
+
+
+def process_start_time(pid: int) -> int | None:
+    """Start time in clock ticks since boot, or None when there is no such (live) process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces and parentheses: split after its closing paren.
+    after_name = stat[stat.rindex(")") + 2 :].split()
+    state, start_time = after_name[0], after_name[19]
+    if state in ("Z", "X"):
+        return None
+    return int(start_time)
+
+
+def read_record(pid_file: Path) -> ProcessRecord | None:
+    try:
+        data = json.loads(pid_file.read_text())
+    except (OSError, ValueError):
+        return None
+    return ProcessRecord(int(data["pid"]), int(data["start_time"]), list(data["command"]))
+
+
+def is_alive(record: ProcessRecord) -> bool:
+    """True when the recorded process still runs (same pid and same start time)."""
+    return process_start_time(record.pid) == record.start_time
+
+
+def rss_bytes(pid: int) -> int | None:
+    """Resident memory of a process, from /proc/<pid>/status."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def start(command: list[str], pid_file: Path, log_file: Path) -> ProcessRecord:
+    """Start a detached process with its output appended to `log_file`, and record it in `pid_file`."""
+    pid_file.parent.mkdir(parents=True, exist_ok=True)
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with log_file.open("ab") as log:
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    start_time = process_start_time(process.pid)
+    if start_time is None:
+        raise RuntimeError(f"{Path(command[0]).name} exited at once; see {log_file}")
+    record = ProcessRecord(process.pid, start_time, command)
+    pid_file.write_text(json.dumps({"pid": record.pid, "start_time": record.start_time, "command": command}))
+    return record
+
+
+def _reap(pid: int, timeout: float = 0.0) -> None:
+    """Collect the exit status when we are the parent (pytest sessions), so no zombie is left behind.
+
+    A Go program's main thread turns zombie before its other threads have exited, and until they have,
+    waitpid reports nothing: after a stop we therefore keep asking for up to `timeout` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            reaped, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if reaped == pid or time.monotonic() >= deadline:
+            return
+        time.sleep(0.02)
+
+
+def stop(pid_file: Path, timeout: float = 15.0) -> bool:
+    """SIGTERM the recorded process, SIGKILL it after `timeout`; remove the pid file. True if it was running."""
+    record = read_record(pid_file)
+    if record is None:
+        pid_file.unlink(missing_ok=True)
+        return False
+    was_running = is_alive(record)
+    if was_running:
+        os.kill(record.pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while is_alive(record) and time.monotonic() < deadline:
+            _reap(record.pid)
+            time.sleep(0.05)
+        if is_alive(record):
+            os.kill(record.pid, signal.SIGKILL)
+            deadline = time.monotonic() + timeout
+            while is_alive(record) and time.monotonic() < deadline:
+                _reap(record.pid)
+                time.sleep(0.05)
+    _reap(record.pid, timeout=5.0)
+    pid_file.unlink(missing_ok=True)
+    return was_running

@@ -1,0 +1,23 @@
+"""The one place where the versions of the dev cluster's upstream programs are pinned.
+
+Every binary is built from the Go module proxy at exactly these versions, so a test run on any
+machine talks to the same API server, scheduler and kwok. Bump a pin here and the binary cache,
+which is keyed by version, rebuilds on the next `specfleet dev up` or `specfleet dev build`.
+"""
+
+from typing import Final
+
+KUBERNETES_VERSION: Final = "v1.37.2"
+"""kube-apiserver, kube-controller-manager, kube-scheduler and kubectl (module k8s.io/kubernetes)."""
+
+ETCD_VERSION: Final = "v3.6.16"
+"""etcd server (module go.etcd.io/etcd/server/v3); Kubernetes 1.37 wants etcd 3.6."""
+
+KWOK_VERSION: Final = "v0.8.0"
+"""kwok controller (module sigs.k8s.io/kwok); also the source of the Stage YAMLs that fake pod life."""
+
+HELM_VERSION: Final = "v3.22.0"
+"""helm v3 (module helm.sh/helm/v3), for charts installed into the dev cluster."""
+
+MINIMUM_GO: Final = (1, 26)
+"""All four modules above declare `go 1.26.0`; with GOTOOLCHAIN=local an older go cannot build them."""

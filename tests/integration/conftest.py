@@ -1,0 +1,69 @@
+"""Session fixtures for tests against the real dev cluster (`specfleet dev`).
+
+The cluster is brought up once per test session, or reused when one is already running in the default
+state directory. It is torn down at the end only if this session started it, so a developer's running
+cluster survives a test run and CI leaves no process behind.
+"""
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import kubernetes
+import pytest
+
+from specfleet.devcluster.binaries import COMPONENTS, find_binary
+from specfleet.devcluster.cluster import ClusterInfo, down, status, up
+from specfleet.devcluster.paths import cache_root, default_state_dir
+
+
+@pytest.fixture(scope="session")
+def dev_cluster() -> Iterator[ClusterInfo]:
+    """The running dev cluster (default node pool): kubeconfig, API and Prometheus URLs, file_sd directory."""
+    state_dir = default_state_dir()
+    was_running = status(state_dir).healthy
+    missing = [name for name, component in COMPONENTS.items() if find_binary(component, cache_root()) is None]
+    if missing and not was_running:
+        # Building inside a test would run into pytest's per-test timeout (a cold build takes ~12 minutes).
+        pytest.fail(f"dev cluster binaries not built yet ({', '.join(missing)}): run `specfleet dev build` first")
+    info = up(state_dir)
+    yield info
+    if not was_running:
+        down(state_dir)
+
+
+@pytest.fixture(scope="session")
+def k8s_api(dev_cluster: ClusterInfo) -> Iterator[kubernetes.client.ApiClient]:
+    """An admin `kubernetes.client.ApiClient` for the dev cluster."""
+    client = dev_cluster.api_client()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def namespace(k8s_api: kubernetes.client.ApiClient) -> Iterator[str]:
+    """A fresh namespace per test, deleted afterwards (its pods free their fake GPUs for the next test)."""
+    core = kubernetes.client.CoreV1Api(k8s_api)
+    name = f"test-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name}})
+    yield name
+    core.delete_namespace(name)
+    deadline = time.monotonic() + 60
+    while core.list_namespaced_pod(name).items and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="session")
+def crd_installed(dev_cluster: ClusterInfo) -> None:
+    """The SpeculativeDeployment CRD from `crds/`, applied and Established."""
+    import subprocess
+    from pathlib import Path
+
+    crd = Path(__file__).resolve().parents[2] / "crds" / "specfleet.io_speculativedeployments.yaml"
+    kubectl = [str(dev_cluster.kubectl), "--kubeconfig", str(dev_cluster.kubeconfig)]
+    subprocess.run([*kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(crd)], check=True, timeout=60)
+    subprocess.run(
+        [*kubectl, "wait", "--for=condition=Established", "--timeout=60s", "crd/speculativedeployments.specfleet.io"],
+        check=True,
+        timeout=90,
+    )

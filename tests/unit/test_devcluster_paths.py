@@ -1,0 +1,17 @@
+"""Cache and state directories follow SPECFLEET_* first, then XDG, then the home directory."""
+
+from pathlib import Path
+
+from specfleet.devcluster.paths import cache_root, default_state_dir
+
+
+def test_cache_prefers_specfleet_cache_then_xdg_then_home() -> None:
+    assert cache_root({"SPECFLEET_CACHE": "/c", "XDG_CACHE_HOME": "/x"}) == Path("/c")
+    assert cache_root({"XDG_CACHE_HOME": "/x"}) == Path("/x/specfleet")
+    assert cache_root({}) == Path("~/.cache/specfleet").expanduser()
+
+
+def test_state_prefers_specfleet_state_dir_then_xdg_then_home() -> None:
+    assert default_state_dir({"SPECFLEET_STATE_DIR": "/s", "XDG_STATE_HOME": "/x"}) == Path("/s")
+    assert default_state_dir({"XDG_STATE_HOME": "/x"}) == Path("/x/specfleet/dev")
+    assert default_state_dir({}) == Path("~/.local/state/specfleet/dev").expanduser()
