@@ -77,13 +77,14 @@ class Controller:
                 task.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
 
+        # async handlers: kopf runs them on the event loop, where the store and the queue live
         @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-        def speculative_deployment(event: dict[str, Any], **_: Any) -> None:
+        async def speculative_deployment(event: dict[str, Any], **_: Any) -> None:
             key = self.store.put_sdep(event["object"], deleted=event.get("type") == "DELETED")
             self.queue.add(key)
 
         def child_handler(kind: str) -> Any:
-            def on_child(event: dict[str, Any], **_: Any) -> None:
+            async def on_child(event: dict[str, Any], **_: Any) -> None:
                 owner = self.store.put_child(kind, event["object"], deleted=event.get("type") == "DELETED")
                 if owner is not None and owner in self.store.sdeps:
                     self.queue.add(owner)

@@ -100,7 +100,8 @@ class Reconciler:
             provider = await asyncio.to_thread(self._provider, sdep, url)
             analysis = await asyncio.to_thread(analyze, provider, sdep, decision.status, observation.now)
             decision = decide(sdep.spec, sdep.status, replace(observation, analysis=analysis))
-        await asyncio.to_thread(self._apply, key, body, sdep, decision)
+        children = {kind: self.store.children(kind, key) for kind in ("Deployment", "Service")}
+        await asyncio.to_thread(self._apply, key, body, sdep, decision, children)
         after = decision.requeue_after.total_seconds() if decision.requeue_after is not None else None
         return min(after, self.resync_seconds) if after is not None else self.resync_seconds
 
@@ -108,13 +109,23 @@ class Reconciler:
         obj = self.store.children(kind, key).get(name)
         return obj if obj is not None and controlled_by(obj, sdep.metadata.uid) else None
 
-    def _apply(self, key: Key, body: dict[str, Any], sdep: SpeculativeDeployment, decision: Decision) -> None:
-        """Children in a safe order (the Service before any deletion), then status, events, annotations."""
+    def _apply(
+        self,
+        key: Key,
+        body: dict[str, Any],
+        sdep: SpeculativeDeployment,
+        decision: Decision,
+        children: dict[str, dict[str, Any]],
+    ) -> None:
+        """Children in a safe order (the Service before any deletion), then status, events, annotations.
+
+        Runs in a thread: it reads only the `children` snapshot taken on the event loop, never the store.
+        """
         if not decision.hold_children:
             wanted = [stamped(m) for m in self._desired_children(sdep, decision)]
             for manifest in wanted:
-                self._ensure(key, sdep, manifest)
-            self._delete_unwanted(key, sdep, {(m["kind"], m["metadata"]["name"]) for m in wanted})
+                self._ensure(key, sdep, manifest, children.get(manifest["kind"], {}).get(manifest["metadata"]["name"]))
+            self._delete_unwanted(key, sdep, {(m["kind"], m["metadata"]["name"]) for m in wanted}, children)
         self._write_status(body, sdep, decision.status)
         for event in decision.events:
             TRANSITIONS.labels(event.reason).inc()
@@ -131,10 +142,11 @@ class Reconciler:
                 children.append(deployment(serving, track, target.revision, target.replicas))
         return children
 
-    def _ensure(self, key: Key, sdep: SpeculativeDeployment, manifest: Manifest) -> None:
+    def _ensure(
+        self, key: Key, sdep: SpeculativeDeployment, manifest: Manifest, observed: dict[str, Any] | None
+    ) -> None:
         """Create what is missing; re-apply what drifted; never take over an object someone else made."""
         name = manifest["metadata"]["name"]
-        observed = self.store.children(manifest["kind"], key).get(name)
         if observed is not None and not controlled_by(observed, sdep.metadata.uid):
             self._conflicts.setdefault(key, set()).add(f"{manifest['kind']}/{name}")
             return
@@ -152,9 +164,15 @@ class Reconciler:
         self._conflicts.get(key, set()).discard(f"{manifest['kind']}/{name}")
         self.kube.apply(manifest)
 
-    def _delete_unwanted(self, key: Key, sdep: SpeculativeDeployment, wanted: set[tuple[str, str]]) -> None:
+    def _delete_unwanted(
+        self,
+        key: Key,
+        sdep: SpeculativeDeployment,
+        wanted: set[tuple[str, str]],
+        children: dict[str, dict[str, Any]],
+    ) -> None:
         for kind, api_version in (("Deployment", "apps/v1"), ("Service", "v1")):
-            for name, obj in self.store.children(kind, key).items():
+            for name, obj in children.get(kind, {}).items():
                 if (kind, name) not in wanted and controlled_by(obj, sdep.metadata.uid):
                     self.kube.delete(api_version, kind, key[0], name, obj["metadata"]["uid"])
 

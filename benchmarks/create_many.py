@@ -1,0 +1,224 @@
+"""Benchmark: create N SpeculativeDeployments at once and watch the operator bring them to Healthy.
+
+Prints, for the dev cluster started by `specfleet dev up` (its own state directory, enough fake nodes):
+- time until every object is Healthy: p50 / p95 / max per object and the total;
+- Kubernetes API requests the operator made, per object (its `specfleet_api_requests_total`);
+- the operator's RSS and CPU seconds;
+- API writes per minute at steady state, when nothing changes (the goal is zero).
+
+    python benchmarks/create_many.py --count 200
+
+It is a script that prints figures, not a test: nothing here passes or fails.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import kubernetes
+
+from specfleet.devcluster.cluster import up
+from specfleet.devcluster.config import free_ports
+from specfleet.devcluster.nodes import pool_from_counts
+
+ROOT = Path(__file__).resolve().parents[1]
+GROUP, VERSION, PLURAL = "specfleet.io", "v1alpha1", "speculativedeployments"
+WRITE_VERBS = ("apply", "create", "delete", "patch", "patch-status")
+
+
+def manifest(name: str) -> dict:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "SpeculativeDeployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+            "speculative": {"method": "ngram", "numSpeculativeTokens": 4},
+            "accelerator": {"productNames": ["AMD_Instinct_MI300X_OAM"]},
+        },
+    }
+
+
+def operator_requests(port: int) -> dict[str, float]:
+    """verb -> count from the operator's own metrics endpoint."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    counts: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("specfleet_api_requests_total{"):
+            labels, value = line.rsplit(" ", 1)
+            verb = labels.split('verb="', 1)[1].split('"', 1)[0]
+            counts[verb] = counts.get(verb, 0.0) + float(value)
+    return counts
+
+
+def process_usage(pid: int) -> tuple[float, float]:
+    """(RSS MiB, CPU seconds) of a process, from /proc."""
+    rss_kib = next(
+        int(line.split()[1])
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        if line.startswith("VmRSS:")
+    )
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return rss_kib / 1024, (int(fields[11]) + int(fields[12])) / ticks
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--count", type=int, default=200, help="SpeculativeDeployments to create")
+    parser.add_argument("--state-dir", type=Path, default=Path(tempfile.gettempdir()) / "specfleet-bench")
+    parser.add_argument("--steady-seconds", type=float, default=60.0, help="how long to count idle writes")
+    parser.add_argument("--workers", type=int, default=4, help="operator workers")
+    parser.add_argument("--metrics-port", type=int, default=18081)
+    parser.add_argument("--timeout", type=float, default=900.0)
+    args = parser.parse_args()
+
+    nodes = max(2, -(-args.count // 8) + 2)  # one GPU per object, 8 per node, and some spare
+    cluster = up(args.state_dir, pool=pool_from_counts(mi300x=nodes, mi325x=0, mi355x=0, cpu=1), ports=free_ports())
+    api = cluster.api_client()
+    custom = kubernetes.client.CustomObjectsApi(api)
+    kubectl = [str(cluster.kubectl), "--kubeconfig", str(cluster.kubeconfig)]
+    subprocess.run(
+        [
+            *kubectl,
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            str(ROOT / "crds" / "specfleet.io_speculativedeployments.yaml"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [*kubectl, "wait", "--for=condition=Established", "crd/speculativedeployments.specfleet.io"],
+        check=True,
+        capture_output=True,
+    )
+    namespace = f"bench-{int(time.time())}"
+    kubernetes.client.CoreV1Api(api).create_namespace({"metadata": {"name": namespace}})
+
+    log = (args.state_dir / "operator-bench.log").open("wb")
+    operator = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "specfleet.cli",
+            "run",
+            "--namespace",
+            namespace,
+            "--liveness",
+            "",
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "--metrics-port",
+            str(args.metrics_port),
+            "--workers",
+            str(args.workers),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                before = operator_requests(args.metrics_port)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        created: dict[str, float] = {}
+        healthy: dict[str, float] = {}
+        stop = threading.Event()
+
+        def watch() -> None:
+            stream = kubernetes.watch.Watch()
+            for event in stream.stream(
+                custom.list_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                PLURAL,
+                timeout_seconds=int(args.timeout),
+            ):
+                obj = event["object"]
+                name = obj["metadata"]["name"]
+                if (obj.get("status") or {}).get("phase") == "Healthy" and name not in healthy:
+                    healthy[name] = time.monotonic()
+                if stop.is_set() or len(healthy) == args.count:
+                    stream.stop()
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        time.sleep(1)
+        start = time.monotonic()
+        documents = [manifest(f"fleet-{i:04d}") for i in range(args.count)]
+
+        def create(chunk: list[dict]) -> None:
+            client = kubernetes.client.CustomObjectsApi(cluster.api_client())
+            for doc in chunk:
+                created[doc["metadata"]["name"]] = time.monotonic()
+                client.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, doc)
+
+        chunks = [documents[i::8] for i in range(8)]
+        creators = [threading.Thread(target=create, args=(c,)) for c in chunks]
+        for thread in creators:
+            thread.start()
+        for thread in creators:
+            thread.join()
+        watcher.join(timeout=args.timeout)
+        stop.set()
+        total = max(healthy.values()) - start if healthy else float("nan")
+        latencies = [healthy[n] - created[n] for n in healthy]
+        after_create = operator_requests(args.metrics_port)
+        rss, cpu = process_usage(operator.pid)
+
+        idle_start = operator_requests(args.metrics_port)
+        time.sleep(args.steady_seconds)
+        idle_end = operator_requests(args.metrics_port)
+        idle_writes = sum(idle_end.get(v, 0) - idle_start.get(v, 0) for v in WRITE_VERBS)
+        requests_total = sum(after_create.values()) - sum(before.values())
+
+        figures = {
+            "objects": args.count,
+            "healthy": len(healthy),
+            "total_seconds": round(total, 1),
+            "per_object_seconds": {
+                "p50": round(statistics.median(latencies), 2) if latencies else None,
+                "p95": round(percentile(latencies, 0.95), 2) if latencies else None,
+                "max": round(max(latencies), 2) if latencies else None,
+            },
+            "operator_api_requests_per_object": round(requests_total / args.count, 2),
+            "operator_api_requests_by_verb": {k: after_create.get(k, 0) - before.get(k, 0) for k in after_create},
+            "operator_rss_mib": round(rss, 1),
+            "operator_cpu_seconds": round(cpu, 1),
+            "steady_state_writes_per_minute": round(idle_writes * 60 / args.steady_seconds, 2),
+            "nodes": nodes,
+            "workers": args.workers,
+        }
+        print(json.dumps(figures, indent=2))
+    finally:
+        operator.terminate()
+        operator.wait(timeout=30)
+        log.close()
+        kubernetes.client.CoreV1Api(api).delete_namespace(namespace)
+
+
+if __name__ == "__main__":
+    main()
