@@ -130,6 +130,8 @@ class Decision:
     """Whether the canary should be measured before the next decision."""
     hold_children: bool = False
     """Leave every child as it is (the spec cannot be rendered, so nothing new is known)."""
+    route_weight: int = 0
+    """Canary weight for an HTTPRoute (percent): the current step's weight while the canary takes traffic."""
 
 
 def set_condition(
@@ -602,6 +604,8 @@ def _finish(draft: _Draft) -> Decision:
     stable_target = TrackTarget(status.stable_revision, status.stable_serving, stable_replicas)
     final = _with_replica_counts(draft)
     wake = min(draft.wake) - obs.now if draft.wake else None
+    live_step = status.current_step is not None and status.canary_revision != status.stable_revision
+    route_weight = spec.rollout.steps[status.current_step].weight if live_step and draft.canary_traffic else 0
     return Decision(
         status=final,
         stable=stable_target,
@@ -611,4 +615,5 @@ def _finish(draft: _Draft) -> Decision:
         requeue_after=max(wake, timedelta(0)) if wake is not None else None,
         done_commands=tuple(k for k in obs.commands if k in final.acknowledged_commands),
         analysis_due=draft.analysis_due,
+        route_weight=route_weight,
     )

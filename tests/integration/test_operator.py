@@ -4,10 +4,12 @@ Each test gets its own namespace and its own operator process watching only that
 can kill and restart "the operator" without touching the others. Waits poll with a deadline.
 """
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -292,3 +294,65 @@ def test_objects_it_did_not_create_are_left_alone(operator: Operator, fleet: Fle
     assert "Service/squatter" in condition["message"]
     service = fleet.core.read_namespaced_service("squatter", fleet.namespace)
     assert service.spec.selector == {"app": "other"} and not service.metadata.owner_references
+
+
+GATEWAY_API = "sigs.k8s.io/gateway-api@v1.6.3"  # v1.7 needs go 1.27
+
+
+@pytest.fixture(scope="session")
+def httproute_crd(dev_cluster: ClusterInfo) -> None:
+    """Gateway API's HTTPRoute CRD, read from the Go module (the module proxy is where Go projects get it)."""
+    with tempfile.TemporaryDirectory() as workdir:
+        download = subprocess.run(
+            ["go", "mod", "download", "-json", GATEWAY_API],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=workdir,
+            check=True,
+            env={**os.environ, "GOFLAGS": "-mod=mod"},
+        )
+    crd = Path(json.loads(download.stdout)["Dir"]) / "config/crd/standard/gateway.networking.k8s.io_httproutes.yaml"
+    kubectl = [str(dev_cluster.kubectl), "--kubeconfig", str(dev_cluster.kubeconfig)]
+    subprocess.run([*kubectl, "apply", "--server-side", "-f", str(crd)], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [*kubectl, "wait", "--for=condition=Established", "crd/httproutes.gateway.networking.k8s.io"],
+        check=True,
+        capture_output=True,
+        timeout=90,
+    )
+
+
+def backend_weights(fleet: Fleet) -> dict[str, int]:
+    route = fleet.custom.get_namespaced_custom_object(
+        "gateway.networking.k8s.io", "v1", fleet.namespace, "httproutes", "llm"
+    )
+    return {ref["name"]: ref.get("weight", 1) for ref in route["spec"]["rules"][0]["backendRefs"]}
+
+
+def test_an_httproute_gets_the_step_weights(httproute_crd: None, operator: Operator, fleet: Fleet) -> None:
+    route = {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": "llm"},
+        "spec": {"rules": [{"backendRefs": [{"name": "llama-stable", "port": 8000}]}]},
+    }
+    fleet.apply(route)
+    routing = {"trafficRouting": {"httpRoute": {"name": "llm"}}, "steps": [{"weight": 30, "pause": {}}]}
+    healthy(fleet, rollout=routing)
+    wait_for("stable at 100", lambda: backend_weights(fleet) == {"llama-stable": 100})
+    fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 2}})
+    wait_for("the gate", fleet.phase_is("llama", "Paused"))
+    wait_for("30% to the canary", lambda: backend_weights(fleet) == {"llama-stable": 70, "llama-canary": 30})
+    assert fleet.core.read_namespaced_service("llama-canary", fleet.namespace).spec.selector == {
+        "specfleet.io/name": "llama",
+        "specfleet.io/track": "canary",
+    }
+    fleet.annotate("llama", "specfleet.io/abort", "now")
+    wait_for("all traffic back to stable", lambda: backend_weights(fleet) == {"llama-stable": 100})
+    wait_for(
+        "the canary Service to go",
+        lambda: (
+            "llama-canary" not in {s.metadata.name for s in fleet.core.list_namespaced_service(fleet.namespace).items}
+        ),
+    )

@@ -19,6 +19,7 @@ from specfleet.render.manifests import (
     fleet_selector,
     render,
     revision,
+    route_rules,
     service,
 )
 
@@ -257,3 +258,18 @@ def test_fine_itl_buckets_only_where_vllm_takes_them(version: str, has_buckets: 
         buckets = json.loads(flag(argv, "--custom-histogram-buckets"))["inter_token_latency"]
         assert buckets == sorted(set(buckets)) and buckets[0] > 0
         assert sum(1 for b in buckets if 0.02 <= b <= 0.05) >= 6  # fine enough to see 10% at 30 ms
+
+
+def test_route_weights_touch_only_this_fleets_backends() -> None:
+    rules = [
+        {"matches": [{"path": {"value": "/v1"}}], "backendRefs": [{"name": "llama-eagle3-stable", "port": 8000}]},
+        {"backendRefs": [{"name": "someone-else", "port": 80}]},
+    ]
+    during = route_rules(sdep(), rules, 25)
+    assert during[0]["backendRefs"] == [
+        {"name": "llama-eagle3-stable", "port": 8000, "weight": 75},
+        {"name": "llama-eagle3-canary", "port": 8000, "weight": 25},
+    ]
+    assert during[0]["matches"] == rules[0]["matches"] and during[1] == rules[1]
+    after = route_rules(sdep(), during, 0)
+    assert after[0]["backendRefs"] == [{"name": "llama-eagle3-stable", "port": 8000, "weight": 100}]

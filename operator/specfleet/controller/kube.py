@@ -12,7 +12,7 @@ from typing import Any
 
 from kubernetes import client, config
 from kubernetes.dynamic import DynamicClient
-from kubernetes.dynamic.exceptions import NotFoundError
+from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 from kubernetes.dynamic.resource import Resource
 
 from specfleet.api.resource import API_VERSION, KIND
@@ -82,12 +82,6 @@ class Kube:
         API_REQUESTS.labels("create", manifest["kind"]).inc()
         resource.create(body=manifest, namespace=manifest["metadata"]["namespace"], field_manager=FIELD_MANAGER)
 
-    def get(self, manifest: Manifest) -> dict[str, Any]:
-        resource = self._resource(manifest["apiVersion"], manifest["kind"])
-        API_REQUESTS.labels("get", manifest["kind"]).inc()
-        meta = manifest["metadata"]
-        return resource.get(name=meta["name"], namespace=meta["namespace"]).to_dict()
-
     def delete(self, api_version: str, kind: str, namespace: str, name: str, uid: str) -> None:
         """Delete one object, only if it is still the one with `uid`; foreground so pods go with it."""
         resource = self._resource(api_version, kind)
@@ -107,15 +101,28 @@ class Kube:
             content_type="application/merge-patch+json",
         )
 
+    def merge_patch(self, api_version: str, kind: str, namespace: str, name: str, body: dict[str, Any]) -> None:
+        resource = self._resource(api_version, kind)
+        API_REQUESTS.labels("patch", kind).inc()
+        resource.patch(name=name, namespace=namespace, body=body, content_type="application/merge-patch+json")
+
     def remove_annotations(self, namespace: str, name: str, keys: list[str]) -> None:
-        resource = self._resource(API_VERSION, KIND)
-        API_REQUESTS.labels("patch", KIND).inc()
-        resource.patch(
-            name=name,
-            namespace=namespace,
-            body={"metadata": {"annotations": dict.fromkeys(keys)}},
-            content_type="application/merge-patch+json",
-        )
+        self.merge_patch(API_VERSION, KIND, namespace, name, {"metadata": {"annotations": dict.fromkeys(keys)}})
+
+    def has_kind(self, api_version: str, kind: str) -> bool:
+        """Whether the API server serves this kind (e.g. the Gateway API CRDs are installed)."""
+        try:
+            self._resource(api_version, kind)
+        except ResourceNotFoundError:
+            return False
+        return True
+
+    def read(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        API_REQUESTS.labels("get", kind).inc()
+        try:
+            return self._resource(api_version, kind).get(name=name, namespace=namespace).to_dict()
+        except NotFoundError:
+            return None
 
     def read_secret(self, namespace: str, name: str, key: str) -> str:
         """One key of a Secret (the Prometheus bearer token); the value is never logged."""

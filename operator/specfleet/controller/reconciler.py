@@ -19,11 +19,20 @@ from specfleet.controller.store import Key, Store
 from specfleet.metrics.prometheus import Prometheus
 from specfleet.observation import controlled_by, observe, parse
 from specfleet.patches import contains, merge_patch, stamped
-from specfleet.render.manifests import Manifest, Track, child_name, deployment, fleet_selector, service
+from specfleet.render.manifests import (
+    Manifest,
+    Track,
+    child_name,
+    deployment,
+    fleet_selector,
+    route_rules,
+    service,
+)
 from specfleet.rollout import Decision, Observation, decide
 
 logger = logging.getLogger("specfleet.reconciler")
 
+HTTPROUTE_API_VERSION = "gateway.networking.k8s.io/v1"
 RESYNC_SECONDS = 300.0
 """Look at every object at least this often, even when no watch event arrives."""
 ERROR_BACKOFF_SECONDS = 5.0
@@ -123,8 +132,12 @@ class Reconciler:
         """
         if not decision.hold_children:
             wanted = [stamped(m) for m in self._desired_children(sdep, decision)]
+            if self._routed(sdep) and decision.route_weight == 0:
+                self._set_route_weights(sdep, 0)  # traffic back to stable before any canary object goes
             for manifest in wanted:
                 self._ensure(key, sdep, manifest, children.get(manifest["kind"], {}).get(manifest["metadata"]["name"]))
+            if self._routed(sdep) and decision.route_weight > 0:
+                self._set_route_weights(sdep, decision.route_weight)  # canary Service exists by now
             self._delete_unwanted(key, sdep, {(m["kind"], m["metadata"]["name"]) for m in wanted}, children)
         self._write_status(body, sdep, decision.status)
         for event in decision.events:
@@ -133,14 +146,37 @@ class Reconciler:
         if decision.done_commands:
             self.kube.remove_annotations(*key, list(decision.done_commands))
 
-    @staticmethod
-    def _desired_children(sdep: SpeculativeDeployment, decision: Decision) -> list[Manifest]:
+    def _routed(self, sdep: SpeculativeDeployment) -> bool:
+        """Whether traffic is split by an HTTPRoute (named in the spec, and its CRD installed)."""
+        routing = sdep.spec.rollout.traffic_routing
+        return bool(routing and routing.http_route) and self.kube.has_kind(HTTPROUTE_API_VERSION, "HTTPRoute")
+
+    def _desired_children(self, sdep: SpeculativeDeployment, decision: Decision) -> list[Manifest]:
         children = [service(sdep, canary_traffic=decision.canary_traffic)]
+        routed = self._routed(sdep)
         for track, target in ((Track.STABLE, decision.stable), (Track.CANARY, decision.canary)):
             if target is not None:
                 serving = sdep.model_copy(update={"spec": sdep.spec.with_serving(target.serving)})
                 children.append(deployment(serving, track, target.revision, target.replicas))
+                if routed:
+                    children.append(service(sdep, track))
         return children
+
+    def _set_route_weights(self, sdep: SpeculativeDeployment, weight: int) -> None:
+        """Set the fleet's backend weights on the user's HTTPRoute (only those; the route stays theirs)."""
+        ref = sdep.spec.rollout.traffic_routing.http_route  # type: ignore[union-attr]
+        namespace = ref.namespace or sdep.metadata.namespace
+        route = self.kube.read(HTTPROUTE_API_VERSION, "HTTPRoute", namespace, ref.name)
+        if route is None:
+            logger.warning(
+                "%s/%s: HTTPRoute %s/%s not found", sdep.metadata.namespace, sdep.metadata.name, namespace, ref.name
+            )
+            return
+        rules = route.get("spec", {}).get("rules") or []
+        wanted = route_rules(sdep, rules, weight)
+        if wanted != rules:
+            body = {"metadata": {"resourceVersion": route["metadata"]["resourceVersion"]}, "spec": {"rules": wanted}}
+            self.kube.merge_patch(HTTPROUTE_API_VERSION, "HTTPRoute", namespace, ref.name, body)
 
     def _ensure(
         self, key: Key, sdep: SpeculativeDeployment, manifest: Manifest, observed: dict[str, Any] | None
@@ -157,8 +193,9 @@ class Reconciler:
                 self.kube.create(manifest)
                 return
             except ConflictError:
-                existing = self.kube.get(manifest)
-                if not controlled_by(existing, sdep.metadata.uid):
+                meta = manifest["metadata"]
+                existing = self.kube.read(manifest["apiVersion"], manifest["kind"], meta["namespace"], meta["name"])
+                if existing is None or not controlled_by(existing, sdep.metadata.uid):
                     self._conflicts.setdefault(key, set()).add(f"{manifest['kind']}/{name}")
                     return
         self._conflicts.get(key, set()).discard(f"{manifest['kind']}/{name}")

@@ -257,3 +257,28 @@ def render(sdep: SpeculativeDeployment, track: Track = Track.STABLE) -> list[Man
     else:
         replicas = canary_replicas(sdep.spec.replicas, sdep.spec.rollout.steps[0].weight)
     return [service(sdep), service(sdep, track), deployment(sdep, track, rev, replicas)]
+
+
+def route_rules(sdep: SpeculativeDeployment, rules: list[dict[str, Any]], canary_weight: int) -> list[dict[str, Any]]:
+    """An HTTPRoute's rules with the fleet's backend weights set: stable 100 - w, canary w.
+
+    Only backendRefs to this fleet's track Services are touched; a rule that sends to the stable
+    Service gains a canary ref while the canary takes traffic and loses it afterwards.
+    """
+    stable_name, canary_name = child_name(sdep, Track.STABLE), child_name(sdep, Track.CANARY)
+    updated = []
+    for rule in rules:
+        refs = [dict(ref) for ref in rule.get("backendRefs") or []]
+        stable_refs = [
+            ref for ref in refs if ref.get("name") == stable_name and ref.get("kind", "Service") == "Service"
+        ]
+        if not stable_refs:
+            updated.append(rule)
+            continue
+        others = [ref for ref in refs if ref.get("name") not in (stable_name, canary_name)]
+        stable = {**stable_refs[0], "weight": 100 - canary_weight}
+        mine = [stable]
+        if canary_weight > 0:
+            mine.append({**stable_refs[0], "name": canary_name, "weight": canary_weight})
+        updated.append({**rule, "backendRefs": others + mine})
+    return updated
