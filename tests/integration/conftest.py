@@ -5,9 +5,12 @@ state directory. It is torn down at the end only if this session started it, so 
 cluster survives a test run and CI leaves no process behind.
 """
 
+import os
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import kubernetes
 import pytest
@@ -15,6 +18,8 @@ import pytest
 from specfleet.devcluster.binaries import COMPONENTS, find_binary
 from specfleet.devcluster.cluster import ClusterInfo, down, status, up
 from specfleet.devcluster.paths import cache_root, default_state_dir
+
+from fleetkit import Fleet, Operator
 
 
 @pytest.fixture(scope="session")
@@ -56,9 +61,6 @@ def namespace(k8s_api: kubernetes.client.ApiClient) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def crd_installed(dev_cluster: ClusterInfo) -> None:
     """The SpeculativeDeployment CRD from `crds/`, applied and Established."""
-    import subprocess
-    from pathlib import Path
-
     crd = Path(__file__).resolve().parents[2] / "crds" / "specfleet.io_speculativedeployments.yaml"
     kubectl = [str(dev_cluster.kubectl), "--kubeconfig", str(dev_cluster.kubeconfig)]
     subprocess.run([*kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(crd)], check=True, timeout=60)
@@ -67,3 +69,18 @@ def crd_installed(dev_cluster: ClusterInfo) -> None:
         check=True,
         timeout=90,
     )
+
+
+@pytest.fixture
+def operator(dev_cluster: ClusterInfo, crd_installed: None, namespace: str, tmp_path: Path) -> Iterator[Operator]:
+    running = Operator(dev_cluster, namespace, tmp_path / "operator.log")
+    running.start()
+    yield running
+    running.stop()
+    if os.environ.get("SPECFLEET_SHOW_OPERATOR_LOG"):
+        print(running.log.read_text())
+
+
+@pytest.fixture
+def fleet(k8s_api: kubernetes.client.ApiClient, dev_cluster: ClusterInfo, namespace: str) -> Fleet:
+    return Fleet(k8s_api, dev_cluster, namespace)

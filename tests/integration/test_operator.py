@@ -6,152 +6,17 @@ can kill and restart "the operator" without touching the others. Waits poll with
 
 import json
 import os
-import signal
 import subprocess
-import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
 
-import kubernetes
 import pytest
-import yaml
 
 from specfleet.devcluster.cluster import ClusterInfo
 
+from fleetkit import Fleet, Operator, healthy, sdep, wait_for
+
 pytestmark = pytest.mark.integration
-
-T = TypeVar("T")
-GROUP, VERSION, PLURAL = "specfleet.io", "v1alpha1", "speculativedeployments"
-
-
-def wait_for(what: str, probe: Callable[[], T], timeout: float = 60.0) -> T:
-    """Poll `probe` until it returns something truthy; fail with `what` and the last value at the deadline."""
-    deadline = time.monotonic() + timeout
-    value = probe()
-    while not value:
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}; last: {value!r}")
-        time.sleep(0.25)
-        value = probe()
-    return value
-
-
-class Operator:
-    """`specfleet run` as a child process, restricted to one namespace."""
-
-    def __init__(self, cluster: ClusterInfo, namespace: str, log: Path) -> None:
-        self.cluster, self.namespace, self.log = cluster, namespace, log
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        command = [sys.executable, "-m", "specfleet.cli", "run", "--namespace", self.namespace, "--liveness", ""]
-        command += ["--kubeconfig", str(self.cluster.kubeconfig), "--resync", "30"]
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-
-    def kill(self) -> None:
-        """SIGKILL: no clean-up code runs, as when a node dies."""
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-
-class Fleet:
-    """Helpers over the API for one namespace."""
-
-    def __init__(self, api: kubernetes.client.ApiClient, cluster: ClusterInfo, namespace: str) -> None:
-        self.custom = kubernetes.client.CustomObjectsApi(api)
-        self.apps = kubernetes.client.AppsV1Api(api)
-        self.core = kubernetes.client.CoreV1Api(api)
-        self.cluster, self.namespace = cluster, namespace
-
-    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-        command = [str(self.cluster.kubectl), "--kubeconfig", str(self.cluster.kubeconfig), "-n", self.namespace]
-        return subprocess.run([*command, *args], input=stdin, capture_output=True, text=True, timeout=60, check=check)
-
-    def apply(self, document: dict[str, Any]) -> None:
-        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(document))
-
-    def get(self, name: str) -> dict[str, Any]:
-        return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
-
-    def status(self, name: str) -> dict[str, Any]:
-        return self.get(name).get("status") or {}
-
-    def patch_spec(self, name: str, spec: dict[str, Any]) -> None:
-        self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name, {"spec": spec})
-
-    def annotate(self, name: str, key: str, value: str) -> None:
-        self.kubectl("annotate", "--overwrite", f"sdep/{name}", f"{key}={value}")
-
-    def deployments(self) -> dict[str, Any]:
-        return {d.metadata.name: d for d in self.apps.list_namespaced_deployment(self.namespace).items}
-
-    def pods(self, selector: str) -> list[Any]:
-        return self.core.list_namespaced_pod(self.namespace, label_selector=selector).items
-
-    def phase_is(self, name: str, phase: str) -> Callable[[], dict[str, Any] | None]:
-        def probe() -> dict[str, Any] | None:
-            status = self.status(name)
-            return status if status.get("phase") == phase else None
-
-        return probe
-
-
-@pytest.fixture
-def operator(dev_cluster: ClusterInfo, crd_installed: None, namespace: str, tmp_path: Path) -> Iterator[Operator]:
-    running = Operator(dev_cluster, namespace, tmp_path / "operator.log")
-    running.start()
-    yield running
-    running.stop()
-    if os.environ.get("SPECFLEET_SHOW_OPERATOR_LOG"):
-        print(running.log.read_text())
-
-
-@pytest.fixture
-def fleet(k8s_api: kubernetes.client.ApiClient, dev_cluster: ClusterInfo, namespace: str) -> Fleet:
-    return Fleet(k8s_api, dev_cluster, namespace)
-
-
-def sdep(name: str = "llama", replicas: int = 2, steps: list[dict[str, Any]] | None = None, **spec: Any) -> dict:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "SpeculativeDeployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
-            "speculative": {
-                "method": "eagle3",
-                "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
-                "revision": "main",
-                "numSpeculativeTokens": 4,
-            },
-            "engine": {"tensorParallelSize": 2},
-            "accelerator": {"productNames": ["AMD_Instinct_MI300X_OAM"]},
-            "rollout": {
-                "steps": steps
-                or [{"weight": 25, "pause": {"duration": "2s"}}, {"weight": 50, "pause": {"duration": "2s"}}]
-            },
-            **spec,
-        },
-    }
-
-
-def healthy(fleet: Fleet, name: str = "llama", **kwargs: Any) -> dict[str, Any]:
-    fleet.apply(sdep(name, **kwargs))
-    return wait_for(f"{name} Healthy", fleet.phase_is(name, "Healthy"))
 
 
 def test_create_becomes_healthy_on_the_right_fake_amd_nodes(operator: Operator, fleet: Fleet) -> None:
