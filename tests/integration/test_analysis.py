@@ -1,0 +1,251 @@
+"""Canaries judged from a real Prometheus scraping the vLLM fleet simulator, with the operator running.
+
+Every moving part is real: kube-apiserver, scheduler, controllers, kwok nodes, Prometheus 2.42, the
+operator process and the simulator process (which serves vLLM's metrics for the pods it sees). The
+simulator's scenario decides how good each drafter is; a test changes it at run time through its
+control endpoint.
+"""
+
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from specfleet.devcluster.binaries import find_prometheus
+from specfleet.devcluster.cluster import ClusterInfo
+
+from fleetkit import Fleet, Operator, sdep, wait_for
+
+pytestmark = pytest.mark.integration
+
+GOOD_DRAFTER = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+SCENARIO: dict[str, Any] = {
+    "defaults": {"acceptance_rate": 0.72, "load": 6.0, "output_tokens": 128, "noise": 0.05},
+    "pairs": [
+        {"target": "*", "drafter": "bad/*", "acceptance_rate": 0.3},
+        {"target": "*", "drafter": "slow/*", "draft_cost": 0.6},
+    ],
+}
+ROLLOUT: dict[str, Any] = {
+    "steps": [{"weight": 50, "pause": {"duration": "1s"}}],
+    "analysis": {
+        "interval": "5s",
+        "window": "30s",
+        "failureLimit": 1,
+        "onNoData": {"after": "5m", "action": "Rollback"},
+        "onProviderError": {"after": "20s", "action": "Rollback"},
+    },
+    "guardrails": {"minDraftTokens": 200, "minRequests": 10, "maxItlP95Regression": 0.1},
+    "progressDeadline": "2m",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Simulator:
+    """`specfleet sim` as a child process for one namespace, with its control endpoint."""
+
+    def __init__(self, cluster: ClusterInfo, namespace: str, workdir: Path) -> None:
+        self.url = f"http://127.0.0.1:{free_port()}"
+        scenario = workdir / "scenario.yaml"
+        scenario.write_text(yaml.safe_dump(SCENARIO))
+        command = [
+            sys.executable, "-m", "specfleet.cli", "sim", "--scenario", str(scenario),
+            "--kubeconfig", str(cluster.kubeconfig), "--file-sd-dir", str(cluster.file_sd_dir),
+            "--namespace", namespace, "--listen", self.url.removeprefix("http://"), "--seed", "7",
+        ]  # fmt: skip
+        self.log = (workdir / "sim.log").open("wb")
+        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
+        wait_for("the simulator to listen", self._answers, timeout=30)
+
+    def _answers(self) -> bool:
+        try:
+            return urllib.request.urlopen(f"{self.url}/scenario", timeout=2).status == 200
+        except OSError:
+            return False
+
+    def put(self, scenario: dict[str, Any]) -> None:
+        body = yaml.safe_dump(scenario).encode()
+        request = urllib.request.Request(f"{self.url}/scenario", data=body, method="PUT")
+        assert urllib.request.urlopen(request, timeout=5).status in (200, 204)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+        self.log.close()
+
+
+@pytest.fixture
+def simulator(dev_cluster: ClusterInfo, namespace: str, tmp_path: Path) -> Iterator[Simulator]:
+    running = Simulator(dev_cluster, namespace, tmp_path)
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def guarded_operator(
+    dev_cluster: ClusterInfo, crd_installed: None, namespace: str, tmp_path: Path
+) -> Iterator[Operator]:
+    running = Operator(dev_cluster, namespace, tmp_path / "operator.log", prometheus_url=dev_cluster.prometheus_url)
+    running.start()
+    yield running
+    running.stop()
+
+
+def start_canary(fleet: Fleet, speculative: dict[str, Any] | None = None, **spec: Any) -> str:
+    """A Healthy fleet whose spec then changes; returns the canary revision."""
+    fleet.apply(sdep(rollout=ROLLOUT, **spec))
+    stable = wait_for("Healthy", fleet.phase_is("llama", "Healthy"), timeout=90)["stableRevision"]
+    fleet.patch_spec("llama", {"speculative": speculative or {"numSpeculativeTokens": 3}})
+    return wait_for("a canary", lambda: (c := fleet.status("llama").get("canaryRevision")) != stable and c)
+
+
+def last_outcome(fleet: Fleet) -> dict[str, Any]:
+    return fleet.status("llama")["history"][-1]
+
+
+def test_a_good_drafter_is_promoted_on_passing_analyses(
+    guarded_operator: Operator, simulator: Simulator, fleet: Fleet
+) -> None:
+    canary = start_canary(fleet)
+    status = wait_for(
+        "promotion", lambda: (s := fleet.status("llama")).get("stableRevision") == canary and s, timeout=180
+    )
+    analysis = status["lastAnalysis"]
+    assert analysis["verdict"] == "Pass"
+    assert analysis["canary"]["acceptanceRate"] == pytest.approx(0.72, abs=0.05)
+    assert analysis["canary"]["meanAcceptedLength"] > 1.5
+    assert len(analysis["canary"]["acceptancePerPosition"]) == 3
+    assert analysis["stable"]["itlP95Seconds"] > 0
+    assert last_outcome(fleet)["outcome"] == "Promoted"
+
+
+def test_a_drafter_with_low_acceptance_is_rolled_back_with_the_evidence(
+    guarded_operator: Operator, simulator: Simulator, fleet: Fleet
+) -> None:
+    start_canary(fleet, {"model": "bad/EAGLE3-drafter"})
+    status = wait_for("rollback", fleet.phase_is("llama", "RolledBack"), timeout=180)
+    outcome = last_outcome(fleet)
+    assert outcome["outcome"] == "RolledBack" and "acceptance rate" in outcome["reason"]
+    assert outcome["acceptanceRate"] == pytest.approx(0.3, abs=0.08)
+    assert status["lastAnalysis"]["verdict"] == "Fail"
+    selector = fleet.core.read_namespaced_service("llama", fleet.namespace).spec.selector
+    assert selector["specfleet.io/track"] == "stable"
+    wait_for("the canary to go", lambda: "llama-canary" not in fleet.deployments())
+
+
+def test_a_slow_drafter_is_rolled_back_on_latency_against_stable(
+    guarded_operator: Operator, simulator: Simulator, fleet: Fleet
+) -> None:
+    start_canary(fleet, {"model": "slow/EAGLE3-drafter"})
+    wait_for("rollback", fleet.phase_is("llama", "RolledBack"), timeout=180)
+    outcome = last_outcome(fleet)
+    assert "above stable" in outcome["reason"], outcome
+    assert outcome["acceptanceRate"] == pytest.approx(0.72, abs=0.06)  # acceptance was fine: latency decided
+
+
+def test_an_a_a_canary_is_promoted_not_rolled_back(
+    guarded_operator: Operator, simulator: Simulator, fleet: Fleet
+) -> None:
+    fleet.apply(sdep(rollout=ROLLOUT))
+    stable = wait_for("Healthy", fleet.phase_is("llama", "Healthy"), timeout=90)["stableRevision"]
+    fleet.patch_spec("llama", {"engine": {"tensorParallelSize": 2, "env": [{"name": "SPECFLEET_AA", "value": "1"}]}})
+    canary = wait_for("a canary", lambda: (c := fleet.status("llama").get("canaryRevision")) != stable and c)
+    wait_for("promotion", lambda: fleet.status("llama").get("stableRevision") == canary, timeout=180)
+    assert [h["outcome"] for h in fleet.status("llama")["history"]] == ["Promoted"]
+
+
+def test_a_drafter_that_turns_bad_after_the_first_step_is_caught(
+    guarded_operator: Operator, simulator: Simulator, fleet: Fleet
+) -> None:
+    rollout = {
+        **ROLLOUT,
+        "steps": [{"weight": 25, "pause": {"duration": "1s"}}, {"weight": 50, "pause": {"duration": "5m"}}],
+    }
+    fleet.apply(sdep(rollout=rollout))
+    stable = wait_for("Healthy", fleet.phase_is("llama", "Healthy"), timeout=90)["stableRevision"]
+    fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 3}})
+    wait_for("step 2", lambda: fleet.status("llama").get("currentStep") == 1, timeout=180)
+    simulator.put(
+        {**SCENARIO, "pairs": [{"target": "*", "drafter": "yuhuili/*", "track": "canary", "acceptance_rate": 0.25}]}
+    )
+    wait_for("rollback", fleet.phase_is("llama", "RolledBack"), timeout=180)
+    assert fleet.status("llama")["stableRevision"] == stable
+    assert "acceptance rate" in last_outcome(fleet)["reason"]
+
+
+class PrivatePrometheus:
+    """A second real Prometheus over the same file_sd targets, which a test may stop."""
+
+    def __init__(self, cluster: ClusterInfo, workdir: Path) -> None:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        config = {
+            "global": {"scrape_interval": "5s", "evaluation_interval": "5s"},
+            "scrape_configs": [
+                {
+                    "job_name": "vllm",
+                    "file_sd_configs": [{"files": [f"{cluster.file_sd_dir}/*.json"], "refresh_interval": "5s"}],
+                }
+            ],
+        }
+        (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+        command = [
+            str(find_prometheus()),
+            f"--config.file={workdir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={workdir / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ]
+        self.log = (workdir / "prometheus.log").open("wb")
+        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
+        wait_for("Prometheus ready", self._ready, timeout=60)
+
+    def _ready(self) -> bool:
+        try:
+            return urllib.request.urlopen(f"{self.url}/-/ready", timeout=2).status == 200
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+        self.log.close()
+
+
+def test_prometheus_going_away_holds_the_rollout_then_follows_the_policy(
+    operator: Operator, simulator: Simulator, fleet: Fleet, dev_cluster: ClusterInfo, tmp_path: Path
+) -> None:
+    prometheus = PrivatePrometheus(dev_cluster, tmp_path)
+    try:
+        rollout = {**ROLLOUT, "steps": [{"weight": 50, "pause": {"duration": "5m"}}]}
+        fleet.apply(sdep(rollout=rollout, prometheus={"url": prometheus.url}))
+        stable = wait_for("Healthy", fleet.phase_is("llama", "Healthy"), timeout=90)["stableRevision"]
+        fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 3}})
+        wait_for(
+            "a passing analysis",
+            lambda: (fleet.status("llama").get("lastAnalysis") or {}).get("verdict") == "Pass",
+            timeout=120,
+        )
+        prometheus.stop()
+        held = wait_for(
+            "an Error verdict",
+            lambda: (s := fleet.status("llama")).get("lastAnalysis", {}).get("verdict") == "Error" and s,
+            timeout=60,
+        )
+        assert held["phase"] == "Progressing" and held["stableRevision"] == stable  # held, never promoted
+        assert "Prometheus" in held["lastAnalysis"]["reasons"][0]
+        wait_for("the onProviderError policy (Rollback after 20s)", fleet.phase_is("llama", "RolledBack"), timeout=90)
+        assert "Prometheus errors for 20s" in last_outcome(fleet)["reason"]
+    finally:
+        prometheus.stop()
