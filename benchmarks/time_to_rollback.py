@@ -1,0 +1,206 @@
+"""Benchmark: how fast a breached canary loses its traffic, and how often an A/A canary is rolled back.
+
+Runs on a dev cluster of its own with the real Prometheus (5 s scrape), the simulator and the operator:
+- `--trials` fleets whose canary uses a drafter that turns bad at t0 (the simulator's scenario is
+  replaced): time from t0 until the fleet's Service no longer selects the canary;
+- `--trials` A/A fleets (the canary differs only by an environment variable, same drafter, noise on):
+  how many are rolled back during the observation time.
+
+    python benchmarks/time_to_rollback.py --trials 20
+
+All trials run at once, each its own fleet. Prints the settings and the figures as JSON.
+"""
+
+import argparse
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import yaml
+
+from specfleet.devcluster.cluster import up
+from specfleet.devcluster.config import free_ports
+from specfleet.devcluster.nodes import pool_from_counts
+
+ROOT = Path(__file__).resolve().parents[1]
+GROUP, VERSION, PLURAL = "specfleet.io", "v1alpha1", "speculativedeployments"
+GOOD = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+SCENARIO: dict[str, Any] = {"defaults": {"acceptance_rate": 0.72, "load": 6.0, "output_tokens": 128, "noise": 0.05}}
+BREACH = {**SCENARIO, "pairs": [{"target": "*", "drafter": "victim/*", "acceptance_rate": 0.3}]}
+
+
+def rollout(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "steps": [{"weight": 50, "pause": {"duration": "2h"}}],
+        "analysis": {"interval": args.interval, "window": args.window, "failureLimit": args.failure_limit},
+        "guardrails": {"minDraftTokens": 200, "minRequests": 10},
+    }
+
+
+def fleet(name: str, drafter: str, env: list[dict[str, str]], args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "SpeculativeDeployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+            "speculative": {"method": "eagle3", "model": drafter, "revision": "main", "numSpeculativeTokens": 4},
+            "engine": {"env": env},
+            "accelerator": {"productNames": ["AMD_Instinct_MI300X_OAM"]},
+            "rollout": rollout(args),
+        },
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--state-dir", type=Path, default=Path(tempfile.gettempdir()) / "specfleet-rollback-bench")
+    parser.add_argument("--interval", default="5s", help="rollout.analysis.interval")
+    parser.add_argument("--window", default="30s", help="rollout.analysis.window")
+    parser.add_argument("--failure-limit", type=int, default=1)
+    parser.add_argument("--observe-seconds", type=float, default=300.0, help="A/A observation after the breach")
+    args = parser.parse_args()
+
+    nodes = -(-4 * args.trials // 8) + 2
+    cluster = up(args.state_dir, pool=pool_from_counts(mi300x=nodes, mi325x=0, mi355x=0, cpu=1), ports=free_ports())
+    api = cluster.api_client()
+    custom = kubernetes.client.CustomObjectsApi(api)
+    core = kubernetes.client.CoreV1Api(api)
+    kubectl = [str(cluster.kubectl), "--kubeconfig", str(cluster.kubeconfig)]
+    crd = ROOT / "crds" / "specfleet.io_speculativedeployments.yaml"
+    subprocess.run(
+        [*kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(crd)], check=True, capture_output=True
+    )
+    subprocess.run(
+        [*kubectl, "wait", "--for=condition=Established", "crd/speculativedeployments.specfleet.io"],
+        check=True,
+        capture_output=True,
+    )
+    namespace = f"rollback-{int(time.time())}"
+    core.create_namespace({"metadata": {"name": namespace}})
+    work = Path(tempfile.mkdtemp())
+    scenario = work / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(SCENARIO))
+    sim_url = f"http://127.0.0.1:{free_port()}"
+    logs = [(work / name).open("wb") for name in ("sim.log", "operator.log")]
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "specfleet.cli", "sim", "--scenario", str(scenario), "--kubeconfig",
+         str(cluster.kubeconfig), "--file-sd-dir", str(cluster.file_sd_dir), "--namespace", namespace,
+         "--listen", sim_url.removeprefix("http://"), "--seed", "11"],
+        stdout=logs[0], stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    operator = subprocess.Popen(
+        [sys.executable, "-m", "specfleet.cli", "run", "--namespace", namespace, "--liveness", "",
+         "--kubeconfig", str(cluster.kubeconfig), "--prometheus-url", cluster.prometheus_url, "--workers", "8"],
+        stdout=logs[1], stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    breach_names = [f"breach-{i:02d}" for i in range(args.trials)]
+    aa_names = [f"aa-{i:02d}" for i in range(args.trials)]
+    try:
+        for name in breach_names:
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, fleet(name, GOOD, [], args))
+        for name in aa_names:
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, fleet(name, GOOD, [], args))
+
+        def statuses() -> dict[str, dict[str, Any]]:
+            items = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
+            return {o["metadata"]["name"]: o.get("status") or {} for o in items}
+
+        def wait(what: str, done: Any, timeout: float = 600) -> None:
+            deadline = time.monotonic() + timeout
+            while not done(statuses()):
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"timed out waiting for {what}")
+                time.sleep(1)
+
+        wait(
+            "all Healthy", lambda s: len(s) == 2 * args.trials and all(v.get("phase") == "Healthy" for v in s.values())
+        )
+        for name in breach_names:  # the canary's drafter is the one that will turn bad
+            custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, {"spec": {"speculative": {"model": "victim/EAGLE3-drafter"}}}
+            )
+        for name in aa_names:  # same behaviour, new revision
+            custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, {"spec": {"engine": {"env": [{"name": "AA", "value": "1"}]}}}
+            )
+        wait(
+            "every canary to pass an analysis",
+            lambda s: all((v.get("lastAnalysis") or {}).get("verdict") == "Pass" for v in s.values()),
+            timeout=900,
+        )
+
+        request = urllib.request.Request(f"{sim_url}/scenario", data=yaml.safe_dump(BREACH).encode(), method="PUT")
+        urllib.request.urlopen(request, timeout=5)
+        t0 = time.monotonic()
+        rolled: dict[str, float] = {}
+        aa_analyses: dict[str, set[str]] = {name: set() for name in aa_names}
+        end = t0 + args.observe_seconds
+        while time.monotonic() < end:
+            selectors = {s.metadata.name: s.spec.selector or {} for s in core.list_namespaced_service(namespace).items}
+            now = time.monotonic()
+            for name in breach_names:
+                if name not in rolled and selectors.get(name, {}).get("specfleet.io/track") == "stable":
+                    rolled[name] = now - t0
+            for name, status in statuses().items():
+                if name in aa_analyses and status.get("lastAnalysis"):
+                    aa_analyses[name].add(status["lastAnalysis"]["time"])
+            time.sleep(0.5)
+        final = statuses()
+        false_rollbacks = [n for n in aa_names if final[n].get("phase") == "RolledBack"]
+        times = list(rolled.values())
+        figures = {
+            "settings": {
+                "trials": args.trials,
+                "scrape_interval": "5s",
+                "analysis_interval": args.interval,
+                "analysis_window": args.window,
+                "failure_limit": args.failure_limit,
+                "breach": "canary drafter acceptance 0.72 -> 0.30 at t0",
+                "observe_seconds": args.observe_seconds,
+            },
+            "time_to_no_canary_traffic_seconds": {
+                "rolled_back": len(times),
+                "p50": round(statistics.median(times), 1) if times else None,
+                "p95": round(percentile(times, 0.95), 1) if times else None,
+                "max": round(max(times), 1) if times else None,
+            },
+            "a_a": {
+                "trials": args.trials,
+                "false_rollbacks": len(false_rollbacks),
+                "analyses_observed": sum(len(v) for v in aa_analyses.values()),
+            },
+        }
+        print(json.dumps(figures, indent=2))
+    finally:
+        for process in (operator, sim):
+            process.terminate()
+            process.wait(timeout=30)
+        for log in logs:
+            log.close()
+        core.delete_namespace(namespace)
+
+
+if __name__ == "__main__":
+    main()
