@@ -25,12 +25,8 @@ from pathlib import Path
 
 import kubernetes
 
-from specfleet.devcluster.cluster import up
-from specfleet.devcluster.config import free_ports
-from specfleet.devcluster.nodes import pool_from_counts
+from benchkit import GROUP, PLURAL, VERSION, cluster_with_crd, percentile
 
-ROOT = Path(__file__).resolve().parents[1]
-GROUP, VERSION, PLURAL = "specfleet.io", "v1alpha1", "speculativedeployments"
 WRITE_VERBS = ("apply", "create", "delete", "patch", "patch-status")
 
 
@@ -72,11 +68,6 @@ def process_usage(pid: int) -> tuple[float, float]:
     return rss_kib / 1024, (int(fields[11]) + int(fields[12])) / ticks
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--count", type=int, default=200, help="SpeculativeDeployments to create")
@@ -88,29 +79,9 @@ def main() -> None:
     args = parser.parse_args()
 
     nodes = max(2, -(-args.count // 8) + 2)  # one GPU per object, 8 per node, and some spare
-    cluster = up(args.state_dir, pool=pool_from_counts(mi300x=nodes, mi325x=0, mi355x=0, cpu=1), ports=free_ports())
+    cluster, namespace = cluster_with_crd(args.state_dir, nodes)
     api = cluster.api_client()
     custom = kubernetes.client.CustomObjectsApi(api)
-    kubectl = [str(cluster.kubectl), "--kubeconfig", str(cluster.kubeconfig)]
-    subprocess.run(
-        [
-            *kubectl,
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "-f",
-            str(ROOT / "crds" / "specfleet.io_speculativedeployments.yaml"),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    subprocess.run(
-        [*kubectl, "wait", "--for=condition=Established", "crd/speculativedeployments.specfleet.io"],
-        check=True,
-        capture_output=True,
-    )
-    namespace = f"bench-{int(time.time())}"
-    kubernetes.client.CoreV1Api(api).create_namespace({"metadata": {"name": namespace}})
 
     log = (args.state_dir / "operator-bench.log").open("wb")
     operator = subprocess.Popen(

@@ -13,7 +13,6 @@ All trials run at once, each its own fleet. Prints the settings and the figures 
 
 import argparse
 import json
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,12 +25,8 @@ from typing import Any
 import kubernetes
 import yaml
 
-from specfleet.devcluster.cluster import up
-from specfleet.devcluster.config import free_ports
-from specfleet.devcluster.nodes import pool_from_counts
+from benchkit import GROUP, PLURAL, VERSION, cluster_with_crd, free_port, percentile
 
-ROOT = Path(__file__).resolve().parents[1]
-GROUP, VERSION, PLURAL = "specfleet.io", "v1alpha1", "speculativedeployments"
 GOOD = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
 SCENARIO: dict[str, Any] = {"defaults": {"acceptance_rate": 0.72, "load": 6.0, "output_tokens": 128, "noise": 0.05}}
 BREACH = {**SCENARIO, "pairs": [{"target": "*", "drafter": "victim/*", "acceptance_rate": 0.3}]}
@@ -61,17 +56,6 @@ def fleet(name: str, drafter: str, env: list[dict[str, str]], args: argparse.Nam
     }
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=20)
@@ -83,22 +67,10 @@ def main() -> None:
     args = parser.parse_args()
 
     nodes = -(-4 * args.trials // 8) + 2
-    cluster = up(args.state_dir, pool=pool_from_counts(mi300x=nodes, mi325x=0, mi355x=0, cpu=1), ports=free_ports())
+    cluster, namespace = cluster_with_crd(args.state_dir, nodes)
     api = cluster.api_client()
     custom = kubernetes.client.CustomObjectsApi(api)
     core = kubernetes.client.CoreV1Api(api)
-    kubectl = [str(cluster.kubectl), "--kubeconfig", str(cluster.kubeconfig)]
-    crd = ROOT / "crds" / "specfleet.io_speculativedeployments.yaml"
-    subprocess.run(
-        [*kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(crd)], check=True, capture_output=True
-    )
-    subprocess.run(
-        [*kubectl, "wait", "--for=condition=Established", "crd/speculativedeployments.specfleet.io"],
-        check=True,
-        capture_output=True,
-    )
-    namespace = f"rollback-{int(time.time())}"
-    core.create_namespace({"metadata": {"name": namespace}})
     work = Path(tempfile.mkdtemp())
     scenario = work / "scenario.yaml"
     scenario.write_text(yaml.safe_dump(SCENARIO))

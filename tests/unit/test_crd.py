@@ -6,7 +6,7 @@ from typing import Any
 import yaml
 
 from specfleet.api.base import ApiModel
-from specfleet.api.crd import PRINTER_COLUMNS, crd, crd_yaml
+from specfleet.api.crd import PRINTER_COLUMNS, crd, crd_yaml, without_nulls
 from specfleet.api.spec import SpeculativeDeploymentSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -104,19 +104,11 @@ def _apply_defaults(node: dict[str, Any], value: Any) -> Any:
     return value
 
 
-def _without_nulls(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_without_nulls(v) for v in value]
-    return value
-
-
 def test_api_server_defaults_equal_the_models_defaults() -> None:
     minimal = {"model": {"name": "m"}, "speculative": {"method": "ngram"}}
     by_server = _apply_defaults(_schema()["properties"]["spec"], minimal)
     by_models = SpeculativeDeploymentSpec.model_validate(minimal).model_dump(mode="json", by_alias=True)
-    assert by_server == _without_nulls(by_models)
+    assert by_server == without_nulls(by_models)
 
 
 def test_printer_columns_and_scale_paths_point_into_the_schema() -> None:

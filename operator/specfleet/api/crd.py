@@ -91,12 +91,12 @@ def _readable_order(node: Schema) -> Schema:
     return {k: node[k] for k in first + middle + last}
 
 
-def _without_nulls(value: Any) -> Any:
+def without_nulls(value: Any) -> Any:
     """A default as the API server stores it: unset optional fields are absent, not null."""
     if isinstance(value, dict):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
-        return [_without_nulls(v) for v in value]
+        return [without_nulls(v) for v in value]
     return value
 
 
@@ -125,7 +125,7 @@ def _drop_null_branch(node: Schema, definitions: dict[str, Schema]) -> Schema:
 
 def _structural_default(node: Schema) -> Any:
     """Write an object default as `{}` when the properties' own defaults rebuild it exactly."""
-    default = _without_nulls(node["default"])
+    default = without_nulls(node["default"])
     if not (isinstance(default, dict) and node.get("type") == "object"):
         return default
     return {} if default == _implied_default(node) else default
