@@ -195,7 +195,8 @@ class _Draft:
         self.update(acknowledged_commands={**self.status.acknowledged_commands, command.annotation: value})
         return value
 
-    def record(self, outcome: Outcome, revision: str, reason: str) -> None:
+    def record(self, outcome: Outcome, revision: str, reason: str, *, of_current_spec: bool = True) -> None:
+        """A history entry; an older canary's config is no longer in the spec, so it gets no summary."""
         last = self.status.last_analysis
         measured = last.canary if last and last.revision == revision else None
         entry = HistoryEntry(
@@ -203,7 +204,7 @@ class _Draft:
             outcome=outcome,
             time=self.obs.now,
             reason=reason[:1024],
-            summary=self.spec.summary()[:1024],
+            summary=self.spec.summary()[:1024] if of_current_spec else "",
             acceptance_rate=measured.acceptance_rate if measured else None,
             itl_p95_seconds=measured.itl_p95_seconds if measured else None,
         )
@@ -283,7 +284,7 @@ def _serve_in_place(draft: _Draft) -> None:
     draft.update(stable_serving=draft.spec.serving())
     canary = draft.status.canary_revision
     if canary is not None and canary != stable_revision:
-        draft.record(Outcome.SUPERSEDED, canary, "the spec went back to the stable revision")
+        draft.record(Outcome.SUPERSEDED, canary, "the spec went back to the stable revision", of_current_spec=False)
         draft.event("CanaryCancelled", f"spec returned to {stable_revision}: canary {canary} removed")
         _clear_canary(draft)
     elif canary == stable_revision:
@@ -331,7 +332,7 @@ def _hold_rejected(draft: _Draft) -> None:
 def _start_canary(draft: _Draft, desired: str) -> None:
     previous = draft.status.canary_revision
     if previous is not None and previous != draft.status.stable_revision:
-        draft.record(Outcome.SUPERSEDED, previous, f"replaced by revision {desired}")
+        draft.record(Outcome.SUPERSEDED, previous, f"replaced by revision {desired}", of_current_spec=False)
         draft.event("CanarySuperseded", f"canary {previous} replaced by {desired}")
     draft.update(
         canary_revision=desired,

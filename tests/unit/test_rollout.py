@@ -380,3 +380,17 @@ def test_deciding_again_on_the_same_world_changes_nothing(moment: str) -> None:
     before = fleet.status
     again = fleet.step()
     assert again.status == before and again.events == ()
+
+
+def test_history_describes_only_the_config_it_knows() -> None:
+    fleet = healthy_fleet()
+    fleet.change(speculative={"numSpeculativeTokens": 2})
+    fleet.step()
+    fleet.change(speculative={"numSpeculativeTokens": 3})
+    fleet.step()
+    superseded = fleet.status.history[-1]
+    assert superseded.outcome is Outcome.SUPERSEDED and superseded.summary == ""
+    fleet.commands[Command.ABORT.annotation] = "x"
+    fleet.converge()
+    fleet.step()
+    assert fleet.status.history[-1].summary == "eagle3 k=3 yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
