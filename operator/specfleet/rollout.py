@@ -207,6 +207,7 @@ class _Draft:
             summary=self.spec.summary()[:1024] if of_current_spec else "",
             acceptance_rate=measured.acceptance_rate if measured else None,
             itl_p95_seconds=measured.itl_p95_seconds if measured else None,
+            serving=self.spec.serving() if of_current_spec else None,
         )
         limit = self.spec.rollout.history_limit
         self.update(history=[*self.status.history, entry][-limit:])

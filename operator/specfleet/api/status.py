@@ -10,6 +10,9 @@ from specfleet.api.base import ApiModel
 
 HISTORY_MAX = 50
 ShortText = Annotated[str, Field(max_length=1024)]
+ServingSnapshot = Annotated[
+    dict[str, JsonValue], WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True})
+]
 
 
 class Phase(StrEnum):
@@ -102,6 +105,8 @@ class HistoryEntry(ApiModel):
     """The speculative config in a few words, e.g. `eagle3 k=5 yuhuili/EAGLE3-LLaMA3.1-Instruct-8B`."""
     acceptance_rate: float | None = None
     itl_p95_seconds: float | None = None
+    serving: ServingSnapshot | None = None
+    """The serving part of the spec (model, speculative, engine, accelerator) of this revision, for undo."""
 
 
 class TrackReplicas(ApiModel):
@@ -137,12 +142,7 @@ class SpeculativeDeploymentStatus(ApiModel):
     """Label selector of all the fleet's pods, for the scale subresource."""
     last_analysis: Analysis | None = None
     history: Annotated[list[HistoryEntry], Field(max_length=HISTORY_MAX)] = []
-    stable_serving: (
-        Annotated[
-            dict[str, JsonValue], WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True})
-        ]
-        | None
-    ) = None
+    stable_serving: ServingSnapshot | None = None
     """The serving part of the spec (model, speculative, engine, accelerator) at the stable revision, so the
     stable track can be rendered again while the spec already describes the canary."""
     rejected_revision: Annotated[str, Field(max_length=63)] | None = None

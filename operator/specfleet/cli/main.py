@@ -12,9 +12,11 @@ from specfleet import __version__
 from specfleet.api.crd import crd_yaml
 from specfleet.api.problems import InvalidSpecError, Severity
 from specfleet.api.resource import SpeculativeDeployment
+from specfleet.cli import rollouts
 from specfleet.cli.run import run
 from specfleet.devcluster.cli import app as dev_app
 from specfleet.render.manifests import Track, render
+from specfleet.sim.cli import sim_command
 from specfleet.validation import errors, validate_document
 
 app = typer.Typer(
@@ -24,6 +26,8 @@ app = typer.Typer(
 )
 app.add_typer(dev_app, name="dev")
 app.command()(run)
+app.command(name="sim")(sim_command)
+rollouts.register(app)
 
 stderr = Console(stderr=True)
 
@@ -112,6 +116,20 @@ def render_command(
                 stderr.print(f"[red]error:[/] {problem}")
             raise typer.Exit(1) from error
     typer.echo(yaml.safe_dump_all(manifests, sort_keys=False, width=120), nl=False)
+
+
+@app.command()
+def demo(
+    keep: Annotated[bool, typer.Option("--keep", help="Leave the cluster, simulator and operator running.")] = False,
+) -> None:
+    """Play the whole product on a local cluster: a config goes Healthy, a better one is promoted, a bad one
+    is rolled back automatically. Builds what it needs on first use; cleans up unless --keep."""
+    from specfleet.demo import run_demo
+
+    outcomes = run_demo(keep)
+    if outcomes != ["Healthy", "Promoted", "RolledBack"]:
+        stderr.print(f"[red]the story did not go as written:[/] {outcomes}")
+        raise typer.Exit(1)
 
 
 def main() -> None:

@@ -1,0 +1,17 @@
+"""`specfleet sim`: a stand-in for vLLM pods that cannot run here, faithful in what Prometheus sees.
+
+Pure core: `model` (the equations), `scenario` (the YAML document and its matching rules), `pods`
+(reading `vllm serve` arguments), `engine` (one engine's requests, steps and counters), `exposition`
+(vLLM's metric names, types and labels). Shell: `server` (HTTP, file_sd, run-time control), `watch`
+(Kubernetes), `cli`.
+
+    from specfleet.sim import Simulator, load_scenario
+    with Simulator(load_scenario(text), file_sd_dir=info.file_sd_dir, api_client=info.api_client(),
+                   namespaces=[ns], listen=("127.0.0.1", 0), seed=1) as sim:
+        sim.set_scenario(load_scenario(bad))     # same as PUT {sim.url}/scenario
+"""
+
+from specfleet.sim.scenario import Scenario, ScenarioError, load_scenario
+from specfleet.sim.server import Simulator
+
+__all__ = ["Scenario", "ScenarioError", "Simulator", "load_scenario"]

@@ -1,0 +1,92 @@
+"""`specfleet sim`: serve simulated vLLM metrics for the SpeculativeDeployment pods of a cluster."""
+
+import logging
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import kubernetes
+import typer
+
+from specfleet.devcluster.cluster import load_info
+from specfleet.sim.scenario import ScenarioError, load_scenario
+from specfleet.sim.server import DEFAULT_PORT, ListenError, Simulator, parse_listen
+
+log = logging.getLogger(__name__)
+
+
+def sim_command(
+    scenario: Annotated[
+        Path,
+        typer.Option(help="Scenario YAML (pairs and defaults); re-read when it changes.", exists=True, dir_okay=False),
+    ],
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(
+            help="Kubeconfig; default: the dev cluster's (`specfleet dev`), else KUBECONFIG / ~/.kube/config."
+        ),
+    ] = None,
+    file_sd_dir: Annotated[
+        Path | None,
+        typer.Option(help="Prometheus file_sd directory to write the targets to; default: the dev cluster's."),
+    ] = None,
+    namespace: Annotated[
+        list[str] | None,
+        typer.Option("--namespace", "-n", help="Simulate only the pods of this namespace (repeatable); default: all."),
+    ] = None,
+    listen: Annotated[
+        str, typer.Option(help="Loopback HOST:PORT of the metrics and control server (port 0: any free port).")
+    ] = f"127.0.0.1:{DEFAULT_PORT}",
+    seed: Annotated[int, typer.Option(help="Seed of every random draw; the same seed replays the same numbers.")] = 0,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every HTTP request.")] = False,
+) -> None:
+    """Stand in for vLLM: serve each pod's /metrics from a model of speculative decoding, for Prometheus to scrape.
+
+    Watches the pods labelled specfleet.io/name, reads their `vllm serve` arguments and node GPU, and writes
+    file_sd targets with the labels a PodMonitor would give. PUT a new scenario to <url>/scenario, or edit
+    the file, to change acceptance, load or cost at run time.
+    """
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        address = parse_listen(listen)
+        document = load_scenario(scenario.read_text())
+    except (ListenError, ScenarioError) as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from error
+    cluster = load_info()
+    kubeconfig = kubeconfig or (cluster.kubeconfig if cluster else None)
+    file_sd_dir = file_sd_dir or (cluster.file_sd_dir if cluster else None)
+    if file_sd_dir is None:
+        log.warning("no --file-sd-dir and no dev cluster: Prometheus will not learn about the targets")
+    try:
+        api_client = kubernetes.config.new_client_from_config(config_file=str(kubeconfig) if kubeconfig else None)
+    except (kubernetes.config.ConfigException, OSError) as error:
+        typer.echo(f"error: no usable kubeconfig ({kubeconfig or 'KUBECONFIG / ~/.kube/config'}): {error}", err=True)
+        raise typer.Exit(2) from error
+    sim = Simulator(
+        document,
+        file_sd_dir=file_sd_dir,
+        api_client=api_client,
+        namespaces=namespace or (),
+        listen=address,
+        seed=seed,
+        scenario_file=scenario,
+    )
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    try:
+        sim.start()
+    except OSError as error:
+        typer.echo(f"error: cannot listen on {listen}: {error.strerror}", err=True)
+        raise typer.Exit(1) from error
+    typer.echo(f"specfleet sim: serving {sim.url}")
+    try:
+        while not stopping.wait(1.0):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sim.stop()

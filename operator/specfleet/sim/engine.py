@@ -1,0 +1,391 @@
+"""One simulated vLLM engine: requests arrive, are scheduled in engine steps, draft, verify and finish.
+
+Pure: time and randomness come from the caller (`advance_to(t)`, a seeded `random.Random`), so the same
+seed gives the same counters however the caller slices time. Metrics are recorded the way vLLM's v1
+engine records them (`vllm/v1/metrics/stats.py`, `loggers.py`, `spec_decode/metrics.py`, 0.33.0):
+
+- inter-token latency: one observation per decoding request per engine step (the time since that
+  request's previous tokens), however many tokens the step emitted for it;
+- time to first token: when the request's prefill completes (arrival to end of that step);
+- e2e, queue, prefill, decode, inference time and mean time per output token: when the request finishes;
+- spec decode: per request per step that carried a draft, num_drafts += 1, num_draft_tokens += k,
+  num_accepted_tokens += n, accepted_per_pos[i] += 1 for i < n;
+- prompt tokens at the end of prefill, generation tokens for every emitted token.
+"""
+
+import math
+import random
+from bisect import bisect_left
+from collections import deque
+from dataclasses import dataclass, field
+
+from specfleet.hardware import GpuProduct
+from specfleet.sim import model
+from specfleet.sim.pods import VllmArgs
+from specfleet.sim.scenario import Params
+
+INTER_TOKEN_LATENCY_BUCKETS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+)  # fmt: skip
+TIME_TO_FIRST_TOKEN_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+    80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+REQUEST_LATENCY_BUCKETS = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
+    960.0, 1920.0, 7680.0,
+)  # fmt: skip
+"""vLLM 0.33.0 defaults (`vllm/v1/metrics/buckets.py`)."""
+DEFAULT_BUCKETS = {
+    "inter_token_latency": INTER_TOKEN_LATENCY_BUCKETS,
+    "time_to_first_token": TIME_TO_FIRST_TOKEN_BUCKETS,
+    "request_latency": REQUEST_LATENCY_BUCKETS,
+}
+
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
+"""vLLM's FinishReason values, in its order; every one is exposed from the start, at zero."""
+LENGTH_LIMIT = 4
+"""Clients ask for max_tokens = 4x the mean output; longer outputs end with finished_reason=length."""
+MAX_WAITING = 10_000
+"""Arrivals beyond this many waiting requests are dropped (the client gave up), so overload stays bounded."""
+
+
+@dataclass
+class Histogram:
+    """Bucket counts (not cumulative; the last slot is +Inf), sum and count, as Prometheus exposes them."""
+
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+    count: int = 0
+
+    def __post_init__(self) -> None:
+        self.counts = self.counts or [0] * (len(self.bounds) + 1)
+
+    def observe(self, value: float) -> None:
+        """`le` buckets: a value equal to a bound belongs to that bound's bucket."""
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.total += value
+        self.count += 1
+
+    def cumulative(self) -> list[int]:
+        running, out = 0, []
+        for count in self.counts:
+            running += count
+            out.append(running)
+        return out
+
+
+@dataclass
+class Metrics:
+    """Everything the exposition shows for one engine."""
+
+    k: int
+    buckets: dict[str, tuple[float, ...]] = field(default_factory=dict)
+    """`--custom-histogram-buckets` per family; vLLM's defaults for the rest."""
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    num_drafts: int = 0
+    num_draft_tokens: int = 0
+    num_accepted_tokens: int = 0
+    accepted_per_position: list[int] = field(default_factory=list)
+    finished: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FINISH_REASONS, 0))
+    running: int = 0
+    waiting: int = 0
+    kv_cache_usage: float = 0.0
+    time_to_first_token: Histogram = field(init=False)
+    inter_token_latency: Histogram = field(init=False)
+    time_per_output_token: Histogram = field(init=False)
+    e2e_latency: Histogram = field(init=False)
+    queue_time: Histogram = field(init=False)
+    prefill_time: Histogram = field(init=False)
+    decode_time: Histogram = field(init=False)
+    inference_time: Histogram = field(init=False)
+
+    def __post_init__(self) -> None:
+        def histogram(family: str) -> Histogram:
+            return Histogram(self.buckets.get(family) or DEFAULT_BUCKETS[family])
+
+        self.time_to_first_token = histogram("time_to_first_token")
+        self.inter_token_latency = histogram("inter_token_latency")
+        self.time_per_output_token = histogram("inter_token_latency")
+        self.e2e_latency = histogram("request_latency")
+        self.queue_time = histogram("request_latency")
+        self.prefill_time = histogram("request_latency")
+        self.decode_time = histogram("request_latency")
+        self.inference_time = histogram("request_latency")
+        self.accepted_per_position = self.accepted_per_position or [0] * self.k
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """The model's inputs for one pod: its arguments, its GPU and its scenario knobs, resolved to numbers."""
+
+    hardware: model.Hardware
+    weights: float
+    kv_per_token: float
+    kv_capacity: int
+    draft_cost: float
+    parallel_drafting: bool
+    k: int
+    schedule: tuple[tuple[int, int, int], ...]
+    rates: tuple[float, ...]
+    """Per-position conditional acceptance for positions 0..k-1 (empty without speculation)."""
+    propose_rate: float
+    load: float
+    prompt_tokens: int
+    output_tokens: int
+    error_rate: float
+    abort_rate: float
+    noise: float
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int | None
+
+    @property
+    def expected_acceptance_rate(self) -> float:
+        """accepted / drafted as vLLM's counters will show it (NaN without speculation)."""
+        return model.draft_acceptance_rate(self.rates)
+
+    @property
+    def expected_tokens_per_draft(self) -> float:
+        """Mean accepted length incl. the bonus token, as vLLM's dashboard computes it."""
+        return 1 + model.expected_accepted(self.rates)
+
+
+def configure(args: VllmArgs, params: Params, gpu: GpuProduct) -> EngineConfig:
+    """Resolve sizes, costs and per-position acceptance for one pod (see docs/simulator.md for the equations)."""
+    weights = model.weight_bytes(args.model, params.target_size_gib, args.quantization)
+    params_count = weights / model.bytes_per_param(args.model, args.quantization)
+    kv_per_token = model.kv_bytes_per_token(params_count)
+    spec = args.speculative
+    tp = args.tensor_parallel_size
+    drafter_weights: float | None = None
+    draft_cost = 0.0
+    rates: tuple[float, ...] = ()
+    if spec is not None:
+        if params.drafter_size_gib is not None:
+            drafter_weights = params.drafter_size_gib * model.GIB
+        elif spec.method == "draft_model" and spec.model and model.params_from_name(spec.model):
+            drafter_weights = model.weight_bytes(spec.model, None, args.quantization)
+        draft_cost = (
+            params.draft_cost
+            if params.draft_cost is not None
+            else model.default_draft_cost(spec.method, weights, drafter_weights, tp, spec.draft_tp or tp)
+        )
+        acceptance = (
+            params.acceptance
+            if params.acceptance_rate is None
+            else model.solve_acceptance(params.acceptance_rate, params.decay, spec.k)
+        )
+        rates = model.position_acceptance(acceptance or 0.0, params.decay, spec.k)
+    return EngineConfig(
+        hardware=model.Hardware(
+            hbm_tbps=gpu.hbm_tbps,
+            tp=tp,
+            bandwidth_efficiency=params.bandwidth_efficiency,
+            knee_tokens=params.knee_tokens,
+            overhead_seconds=params.step_overhead_ms / 1000,
+        ),
+        weights=weights,
+        kv_per_token=kv_per_token,
+        kv_capacity=model.kv_capacity_tokens(
+            gpu.vram_gib, tp, args.gpu_memory_utilization, weights + (drafter_weights or 0.0), kv_per_token
+        ),
+        draft_cost=draft_cost,
+        parallel_drafting=spec is not None and (spec.parallel_drafting or spec.method in model.PARALLEL_DRAFTERS),
+        k=spec.k if spec else 0,
+        schedule=spec.schedule if spec else (),
+        rates=rates,
+        propose_rate=params.propose_rate,
+        load=params.load,
+        prompt_tokens=params.prompt_tokens,
+        output_tokens=params.output_tokens,
+        error_rate=params.error_rate,
+        abort_rate=params.abort_rate,
+        noise=params.noise,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        max_model_len=args.max_model_len,
+    )
+
+
+@dataclass(eq=False)
+class _Request:
+    arrival: float
+    prompt: int
+    output: int
+    """Tokens this request generates before it finishes (for error/abort: before it fails)."""
+    reason: str
+    prefill_left: int
+    scheduled: float = 0.0
+    first_token: float = 0.0
+    last_token: float = 0.0
+    generated: int = 0
+
+
+@dataclass
+class _Step:
+    end: float
+    k: int
+    decoding: list[_Request]
+    prefill: list[tuple[_Request, int]]
+
+
+class Engine:
+    """The state of one engine; `advance_to` moves simulated time forward, `metrics` is what it exposes."""
+
+    def __init__(
+        self, config: EngineConfig, buckets: dict[str, tuple[float, ...]], rng: random.Random, start: float
+    ) -> None:
+        self.config = config
+        self.rng = rng
+        self.clock = start
+        self.metrics = Metrics(k=config.k, buckets=buckets)
+        self._waiting: deque[_Request] = deque()
+        self._running: list[_Request] = []
+        self._kv_used = 0
+        self._step: _Step | None = None
+        self._next_arrival = start + self._interarrival()
+
+    def reconfigure(self, config: EngineConfig, now: float) -> None:
+        """Take new knobs from `now` on (call after `advance_to(now)`); arrivals restart at the new rate."""
+        if config.load != self.config.load:
+            self._next_arrival = now + self._interarrival(config.load)
+        self.config = config
+
+    def advance_to(self, t: float) -> None:
+        """Run every engine step that ends by `t`; a step in flight at `t` finishes in a later call."""
+        while True:
+            if self._step is None:
+                self._enqueue_arrivals(self.clock)
+                if not self._running and not self._waiting:
+                    if self._next_arrival > t:
+                        self.clock = max(self.clock, t)
+                        return
+                    self.clock = self._next_arrival
+                    continue
+                self._step = self._plan(self.clock)
+            if self._step.end > t:
+                return
+            step, self._step = self._step, None
+            self._finish(step)
+            self.clock = step.end
+
+    def _interarrival(self, load: float | None = None) -> float:
+        rate = self.config.load if load is None else load
+        return self.rng.expovariate(rate) if rate > 0 else math.inf
+
+    def _enqueue_arrivals(self, until: float) -> None:
+        while self._next_arrival <= until:
+            if len(self._waiting) < MAX_WAITING:
+                self._waiting.append(self._new_request(self._next_arrival))
+            self._next_arrival += self._interarrival()
+        self._update_gauges()
+
+    def _new_request(self, arrival: float) -> _Request:
+        config, rng = self.config, self.rng
+        prompt = model.lognormal_tokens(rng, config.prompt_tokens)
+        output = model.lognormal_tokens(rng, config.output_tokens)
+        reason = "stop"
+        max_tokens = LENGTH_LIMIT * config.output_tokens
+        if config.max_model_len is not None:
+            prompt = max(1, min(prompt, config.max_model_len - 1))
+            max_tokens = max(1, min(max_tokens, config.max_model_len - prompt))
+        if output >= max_tokens:
+            output, reason = max_tokens, "length"
+        draw = rng.random()
+        if draw < config.error_rate + config.abort_rate:
+            reason = "error" if draw < config.error_rate else "abort"
+            output = rng.randint(1, output)
+        return _Request(arrival=arrival, prompt=prompt, output=output, reason=reason, prefill_left=prompt)
+
+    def _plan(self, start: float) -> _Step:
+        """Schedule one step at `start` as vLLM's scheduler would: admit, decode everyone, prefill in the budget."""
+        config = self.config
+        while self._waiting and len(self._running) < config.max_num_seqs:
+            request = self._waiting[0]
+            if self._running and self._kv_used + request.prompt > config.kv_capacity:
+                break
+            self._waiting.popleft()
+            request.scheduled = start
+            self._running.append(request)
+            self._kv_used += request.prompt
+        decoding = [r for r in self._running if r.prefill_left == 0]
+        k = model.spec_tokens_for_batch(config.k, config.schedule, len(self._running)) if config.k else 0
+        budget = config.max_num_batched_tokens - len(decoding) * (1 + k)
+        prefill = []
+        for request in self._running:
+            if request.prefill_left and budget > 0:
+                chunk = min(request.prefill_left, budget)
+                prefill.append((request, chunk))
+                budget -= chunk
+        load = model.StepLoad(
+            decode_requests=len(decoding),
+            spec_tokens=k,
+            prefill_tokens=sum(chunk for _, chunk in prefill),
+            context_tokens=sum(r.prompt + r.generated for r in decoding),
+        )
+        seconds = model.step_seconds(
+            config.hardware, config.weights, config.kv_per_token, config.draft_cost, config.parallel_drafting, load
+        )
+        self._update_gauges()
+        return _Step(
+            end=start + seconds * model.noise_factor(self.rng, config.noise), k=k, decoding=decoding, prefill=prefill
+        )
+
+    def _finish(self, step: _Step) -> None:
+        """Apply a step's outcome at its end: first tokens, drafts verified, tokens emitted, requests done."""
+        metrics, end = self.metrics, step.end
+        for request, chunk in step.prefill:
+            request.prefill_left -= chunk
+            if request.prefill_left == 0:
+                request.first_token = request.last_token = end
+                request.generated = 1
+                self._kv_used += 1
+                metrics.prompt_tokens += request.prompt
+                metrics.generation_tokens += 1
+                metrics.time_to_first_token.observe(end - request.arrival)
+        rates = self.config.rates[: step.k]
+        for request in step.decoding:
+            emitted = 1
+            if rates and self.rng.random() < self.config.propose_rate:
+                accepted = model.accepted_count(self.rng, rates)
+                metrics.num_drafts += 1
+                metrics.num_draft_tokens += len(rates)
+                metrics.num_accepted_tokens += accepted
+                for position in range(accepted):
+                    metrics.accepted_per_position[position] += 1
+                emitted += accepted
+            emitted = min(emitted, request.output - request.generated)
+            metrics.inter_token_latency.observe(end - request.last_token)
+            request.generated += emitted
+            request.last_token = end
+            self._kv_used += emitted
+            metrics.generation_tokens += emitted
+        still_running = []
+        for request in self._running:
+            if request.generated and request.generated >= request.output:
+                self._complete(request)
+            else:
+                still_running.append(request)
+        self._running = still_running
+        self._update_gauges()
+
+    def _complete(self, request: _Request) -> None:
+        metrics = self.metrics
+        metrics.finished[request.reason] += 1
+        metrics.e2e_latency.observe(request.last_token - request.arrival)
+        metrics.queue_time.observe(request.scheduled - request.arrival)
+        metrics.prefill_time.observe(request.first_token - request.scheduled)
+        metrics.decode_time.observe(request.last_token - request.first_token)
+        metrics.inference_time.observe(request.last_token - request.scheduled)
+        tokens_after_first = request.generated - 1
+        mean = (request.last_token - request.first_token) / tokens_after_first if tokens_after_first > 0 else 0.0
+        metrics.time_per_output_token.observe(mean)
+        self._kv_used -= request.prompt + request.generated
+
+    def _update_gauges(self) -> None:
+        self.metrics.running = len(self._running)
+        self.metrics.waiting = len(self._waiting)
+        self.metrics.kv_cache_usage = min(1.0, self._kv_used / self.config.kv_capacity)

@@ -1,0 +1,412 @@
+"""The simulator process: per-pod engines, one loopback HTTP server, file_sd targets, runtime control.
+
+    sim = Simulator(load_scenario(text), file_sd_dir=info.file_sd_dir, api_client=info.api_client(),
+                    namespaces=["team-a"], seed=1).start()
+    sim.url                     # http://127.0.0.1:<port>
+    sim.set_scenario(load_scenario(other))   # or PUT <url>/scenario
+    sim.stop()
+
+HTTP (all on one loopback port):
+    GET /pods/<namespace>/<pod>/metrics   the pod's vLLM metrics (503 until the pod is Ready, 404 unknown)
+    GET /scenario, PUT /scenario          the scenario document (YAML or JSON body; 400 names bad fields)
+    GET /pods                             what is simulated: matched pair, expected acceptance, step time
+    GET /healthz
+
+Simulated time is wall time: engines advance to "now" when scraped, once a second on a ticker, and
+before a scenario change (so the old knobs hold until the moment of the change).
+"""
+
+import json
+import logging
+import os
+import random
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from ipaddress import IPv4Address
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+
+from specfleet.hardware import BY_PRODUCT_NAME, MI300X, PRODUCT_NAME_LABEL, GpuProduct
+from specfleet.metrics import names
+from specfleet.metrics.names import prometheus_label
+from specfleet.render.argv import VLLM_PORT
+from specfleet.sim import model
+from specfleet.sim.engine import Engine, EngineConfig, configure
+from specfleet.sim.exposition import exposition
+from specfleet.sim.pods import PodArgsError, PodInfo, parse_pod
+from specfleet.sim.scenario import Scenario, ScenarioError, dump_scenario, load_scenario, resolve
+from specfleet.sim.watch import KubePodSource
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 18000
+TICK_SECONDS = 1.0
+FALLBACK_GPU = MI300X
+"""Used for pods on nodes without a known `amd.com/gpu.product-name` label."""
+
+
+class ListenError(ValueError):
+    """The listen address is not a loopback address."""
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """`127.0.0.1:18000` -> (host, port); only IPv4 loopback is accepted (`localhost` means 127.0.0.1).
+
+    Port 0 lets the OS choose; `Simulator.url` tells which it chose.
+    """
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ListenError(f"{text!r} is not HOST:PORT")
+    host = "127.0.0.1" if host == "localhost" else host
+    try:
+        loopback = IPv4Address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise ListenError(f"{host!r} is not an IPv4 loopback address; the simulator only listens on loopback")
+    return host, int(port)
+
+
+def metrics_path(namespace: str, pod: str) -> str:
+    return f"/pods/{namespace}/{pod}/metrics"
+
+
+def target_group(pod: PodInfo, address: str) -> dict[str, Any]:
+    """A file_sd target group for one pod, with the labels a PodMonitor with podTargetLabels gives."""
+    labels = {
+        "__metrics_path__": metrics_path(pod.namespace, pod.name),
+        names.NAMESPACE: pod.namespace,
+        names.POD: pod.name,
+        "container": "vllm",
+        "endpoint": "http",
+        "instance": f"{pod.pod_ip}:{VLLM_PORT}" if pod.pod_ip else pod.name,
+    }
+    for label in names.POD_TARGET_LABELS:
+        if label in pod.labels:
+            labels[prometheus_label(label)] = pod.labels[label]
+    return {"targets": [address], "labels": labels}
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write via a temporary file and rename, so Prometheus never reads half a file."""
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        Path(temporary).replace(path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def gpu_of(node_labels: dict[str, str]) -> GpuProduct:
+    return BY_PRODUCT_NAME.get(node_labels.get(PRODUCT_NAME_LABEL, ""), FALLBACK_GPU)
+
+
+@dataclass
+class SimulatedPod:
+    """A pod and, once it is Ready, its engine."""
+
+    info: PodInfo
+    gpu: GpuProduct
+    config: EngineConfig
+    matched: int | None
+    engine: Engine | None = None
+    created: float = 0.0
+    """Wall-clock start of the engine: the `_created` samples."""
+
+
+class Simulator:
+    """All simulated pods, the HTTP server, the file_sd file, and (optionally) the Kubernetes watch."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        *,
+        file_sd_dir: Path | None = None,
+        api_client: kubernetes.client.ApiClient | None = None,
+        namespaces: Sequence[str] = (),
+        listen: tuple[str, int] = ("127.0.0.1", DEFAULT_PORT),
+        seed: int = 0,
+        scenario_file: Path | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        parse_listen(f"{listen[0]}:{listen[1]}")
+        self.listen = listen
+        self.file_sd_dir = file_sd_dir
+        self.seed = seed
+        self.scenario_file = scenario_file
+        self.clock = clock
+        self._scenario = scenario
+        self._scenario_stamp = self._file_stamp()
+        self._pods: dict[str, SimulatedPod] = {}
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._server: ThreadingHTTPServer | None = None
+        self._source = KubePodSource(api_client, namespaces, self) if api_client is not None else None
+        self._written: str | None = None
+
+    # lifecycle
+
+    def start(self) -> "Simulator":
+        """Bind the HTTP server, start serving, the ticker and the pod watch. Returns self."""
+        self._server = ThreadingHTTPServer(self.listen, _handler(self))
+        self._server.daemon_threads = True
+        threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, name="sim-http", daemon=True
+        ).start()
+        threading.Thread(target=self._tick, name="sim-tick", daemon=True).start()
+        self._write_targets()
+        if self._source is not None:
+            self._source.start()
+        log.info("serving %s", self.url)
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and remove this simulator's file_sd file (Prometheus drops the targets)."""
+        self._stop.set()
+        if self._source is not None:
+            self._source.stop()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        with self._lock:  # after _stop is set, so no target write can follow the unlink
+            if self.targets_file is not None:
+                self.targets_file.unlink(missing_ok=True)
+
+    def __enter__(self) -> "Simulator":
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    @property
+    def address(self) -> str:
+        """host:port actually bound (the port is chosen by the OS when 0 was asked for)."""
+        if self._server is None:
+            raise RuntimeError("the simulator is not started")
+        return f"{self.listen[0]}:{self._server.server_address[1]}"
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.address}"
+
+    @property
+    def targets_file(self) -> Path | None:
+        """`<file_sd_dir>/specfleet-sim-<port>.json`: one file per simulator, so several can share the directory."""
+        if self.file_sd_dir is None or self._server is None:
+            return None
+        return self.file_sd_dir / f"specfleet-sim-{self._server.server_address[1]}.json"
+
+    # scenario
+
+    @property
+    def scenario(self) -> Scenario:
+        return self._scenario
+
+    def set_scenario(self, scenario: Scenario) -> None:
+        """Replace the whole document: engines run to now on the old knobs, then continue on the new ones."""
+        with self._lock:
+            now = self.clock()
+            self._scenario = scenario
+            for pod in self._pods.values():
+                pod.config, pod.matched = self._configure(pod.info, pod.gpu)
+                if pod.engine is not None:
+                    pod.engine.advance_to(now)
+                    pod.engine.reconfigure(pod.config, now)
+        log.info("scenario replaced (%d pairs)", len(scenario.pairs))
+
+    def _file_stamp(self) -> tuple[int, int] | None:
+        try:
+            stat = self.scenario_file.stat() if self.scenario_file else None
+        except OSError:
+            return None
+        return (stat.st_mtime_ns, stat.st_size) if stat else None
+
+    def reload_scenario_file(self) -> bool:
+        """Take the scenario file if it changed since last read and is valid (the ticker calls this every second)."""
+        with self._lock:
+            stamp = self._file_stamp()
+            if stamp is None or stamp == self._scenario_stamp or self.scenario_file is None or stamp[1] == 0:
+                return False  # unchanged, gone, or truncated by an editor about to write it
+            self._scenario_stamp = stamp
+            try:
+                scenario = load_scenario(self.scenario_file.read_text())
+            except (OSError, ScenarioError) as error:
+                log.error("%s not reloaded, keeping the current scenario: %s", self.scenario_file, error)
+                return False
+            self.set_scenario(scenario)
+            return True
+
+    # pods (the PodSink interface of KubePodSource; tests may call these directly)
+
+    def upsert_pod(self, pod: dict[str, Any], node_labels: dict[str, str]) -> None:
+        """Add or update a pod from its API JSON; a Running pod gets a target, a Ready one an engine."""
+        try:
+            info = parse_pod(pod)
+        except PodArgsError as error:
+            metadata = pod.get("metadata") or {}
+            log.warning("not simulating %s/%s: %s", metadata.get("namespace"), metadata.get("name"), error)
+            return
+        with self._lock:
+            if not info.running:
+                if self._pods.pop(info.key, None) is not None:
+                    log.info("pod %s stopped running", info.key)
+            else:
+                known = self._pods.get(info.key)
+                if known is None or known.info.uid != info.uid:
+                    gpu = gpu_of(node_labels)
+                    config, matched = self._configure(info, gpu)
+                    known = self._pods[info.key] = SimulatedPod(info=info, gpu=gpu, config=config, matched=matched)
+                    log.info("pod %s on %s: pair %s", info.key, gpu.short_name, matched)
+                known.info = info
+                if info.ready and known.engine is None:
+                    rng = random.Random(f"{self.seed}/{info.key}")
+                    known.engine = Engine(known.config, info.args.histogram_buckets, rng, self.clock())
+                    known.created = time.time()
+            self._write_targets()
+
+    def remove_pod(self, namespace: str, name: str) -> None:
+        with self._lock:
+            if self._pods.pop(f"{namespace}/{name}", None) is not None:
+                log.info("pod %s/%s gone", namespace, name)
+            self._write_targets()
+
+    def replace_pods(self, namespace: str | None, pods: list[tuple[dict[str, Any], dict[str, str]]]) -> None:
+        """A fresh listing of one namespace (None: all): forget the pods it no longer has."""
+        listed = {"{namespace}/{name}".format(**(pod.get("metadata") or {})) for pod, _ in pods}
+        with self._lock:
+            for key, known in list(self._pods.items()):
+                if (namespace is None or known.info.namespace == namespace) and key not in listed:
+                    del self._pods[key]
+            for pod, labels in pods:
+                self.upsert_pod(pod, labels)
+            self._write_targets()
+
+    def _configure(self, info: PodInfo, gpu: GpuProduct) -> tuple[EngineConfig, int | None]:
+        params = resolve(self._scenario, info.identity)
+        return configure(info.args, params, gpu), params.matched
+
+    # output
+
+    def metrics(self, namespace: str, name: str) -> tuple[HTTPStatus, bytes]:
+        """The pod's exposition, advanced to now; 404 for an unknown pod, 503 before it is Ready."""
+        with self._lock:
+            pod = self._pods.get(f"{namespace}/{name}")
+            if pod is None:
+                return HTTPStatus.NOT_FOUND, b"no such simulated pod\n"
+            if pod.engine is None:
+                return HTTPStatus.SERVICE_UNAVAILABLE, b"engine not ready\n"
+            pod.engine.advance_to(self.clock())
+            body = exposition(
+                pod.engine.metrics, pod.info.args.served_model_name, pod.info.args.speculative is not None, pod.created
+            )
+            return HTTPStatus.OK, body
+
+    def describe(self) -> list[dict[str, Any]]:
+        """What `GET /pods` shows: each pod, the pair it matched, and what the model predicts for it."""
+        with self._lock:
+            return [self._describe(pod) for pod in self._pods.values()]
+
+    def _describe(self, pod: SimulatedPod) -> dict[str, Any]:
+        info, config = pod.info, pod.config
+        spec = info.args.speculative
+        single = model.StepLoad(decode_requests=1, spec_tokens=config.k, prefill_tokens=0, context_tokens=0)
+        step = model.step_seconds(
+            config.hardware, config.weights, config.kv_per_token, config.draft_cost, config.parallel_drafting, single
+        )
+        return {
+            "namespace": info.namespace,
+            "pod": info.name,
+            "track": info.track,
+            "ready": pod.engine is not None,
+            "metrics_path": metrics_path(info.namespace, info.name),
+            "node": info.node_name,
+            "gpu": pod.gpu.short_name,
+            "model": info.args.model,
+            "served_model_name": info.args.served_model_name,
+            "method": spec.method if spec else None,
+            "drafter": spec.model if spec else None,
+            "k": config.k,
+            "matched_pair": pod.matched,
+            "per_position_acceptance": list(config.rates),
+            "expected_acceptance_rate": None if not config.rates else config.expected_acceptance_rate,
+            "expected_mean_acceptance_length": config.expected_tokens_per_draft,
+            "draft_cost": config.draft_cost,
+            "single_request_step_seconds": step,
+            "load": config.load,
+        }
+
+    def _write_targets(self) -> None:
+        """Rewrite the file_sd file when the set of targets changed."""
+        path = self.targets_file
+        if path is None or self._stop.is_set():
+            return
+        with self._lock:
+            groups = [target_group(pod.info, self.address) for pod in self._pods.values()]
+            text = json.dumps(sorted(groups, key=lambda g: g["labels"]["__metrics_path__"]), indent=1)
+            if text != self._written:
+                write_atomic(path, text)
+                self._written = text
+
+    def _tick(self) -> None:
+        while not self._stop.wait(TICK_SECONDS):
+            self.reload_scenario_file()
+            with self._lock:
+                now = self.clock()
+                for pod in self._pods.values():
+                    if pod.engine is not None:
+                        pod.engine.advance_to(now)
+
+
+def _handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "specfleet-sim"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            log.debug("%s " + format, self.address_string(), *args)
+
+        def _send(self, status: HTTPStatus, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            parts = path.strip("/").split("/")
+            if path == "/healthz":
+                self._send(HTTPStatus.OK, b"ok\n")
+            elif path == "/scenario":
+                self._send(HTTPStatus.OK, dump_scenario(sim.scenario).encode(), "application/yaml")
+            elif path == "/pods":
+                self._send(HTTPStatus.OK, json.dumps(sim.describe(), indent=1).encode(), "application/json")
+            elif len(parts) == 4 and parts[0] == "pods" and parts[3] == "metrics":
+                status, body = sim.metrics(parts[1], parts[2])
+                self._send(status, body, CONTENT_TYPE_PLAIN_0_0_4 if status is HTTPStatus.OK else "text/plain")
+            else:
+                self._send(HTTPStatus.NOT_FOUND, b"not found\n")
+
+        def do_PUT(self) -> None:
+            if self.path.split("?", 1)[0] != "/scenario":
+                self._send(HTTPStatus.NOT_FOUND, b"not found\n")
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                scenario = load_scenario(self.rfile.read(length).decode())
+            except (ScenarioError, UnicodeDecodeError) as error:
+                self._send(HTTPStatus.BAD_REQUEST, f"{error}\n".encode())
+                return
+            sim.set_scenario(scenario)
+            self._send(HTTPStatus.OK, dump_scenario(scenario).encode(), "application/yaml")
+
+    return Handler

@@ -1,0 +1,129 @@
+"""Scenario documents: defaults, glob matching on target and drafter, first match wins, errors naming fields."""
+
+from pathlib import Path
+
+import pytest
+
+from specfleet.sim.scenario import PodIdentity, ScenarioError, dump_scenario, load_scenario, resolve
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sim" / "scenario.yaml"
+
+EAGLE_8B = PodIdentity(
+    model="meta-llama/Llama-3.1-8B-Instruct",
+    served_model_name="llama-3.1-8b",
+    drafter_model="yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+    method="eagle3",
+    track="canary",
+)
+NGRAM_CODER = PodIdentity("Qwen/Qwen2.5-Coder-32B-Instruct", "Qwen/Qwen2.5-Coder-32B-Instruct", None, "ngram", "stable")
+PLAIN_70B = PodIdentity("meta-llama/Llama-3.1-70B-Instruct", "llama-3.1-70b", None, None, "stable")
+
+
+def test_empty_document_gives_the_defaults() -> None:
+    params = resolve(load_scenario(""), EAGLE_8B)
+    assert params.matched is None
+    assert (params.acceptance, params.acceptance_rate, params.decay, params.load) == (0.7, None, 1.0, 4.0)
+
+
+def test_pair_overrides_only_what_it_sets() -> None:
+    scenario = load_scenario(
+        """
+        defaults: {acceptance: 0.6, load: 2, noise: 0.1}
+        pairs:
+          - {target: "meta-llama/*", drafter: "yuhuili/EAGLE3-*", acceptance: 0.85, draft_cost: 0.2}
+        """
+    )
+    params = resolve(scenario, EAGLE_8B)
+    assert (params.matched, params.acceptance, params.draft_cost, params.load, params.noise) == (0, 0.85, 0.2, 2, 0.1)
+
+
+def test_first_match_wins() -> None:
+    scenario = load_scenario(
+        """
+        pairs:
+          - {target: "*8B*", acceptance: 0.1}
+          - {target: "*", acceptance: 0.9}
+        """
+    )
+    assert resolve(scenario, EAGLE_8B).acceptance == 0.1
+    assert resolve(scenario, PLAIN_70B).acceptance == 0.9
+
+
+@pytest.mark.parametrize(
+    ("pair", "pod", "expected"),
+    [
+        ("{target: llama-3.1-8b}", EAGLE_8B, True),  # served model name
+        ("{target: META-LLAMA/llama-3.1-8B-instruct}", EAGLE_8B, True),  # case-insensitive
+        ("{target: '*70B*'}", EAGLE_8B, False),
+        ("{target: '*', drafter: eagle3}", EAGLE_8B, True),  # by method
+        ("{target: '*', drafter: 'yuhuili/*'}", EAGLE_8B, True),  # by draft model
+        ("{target: '*', drafter: ngram}", NGRAM_CODER, True),  # a drafter without a model
+        ("{target: '*', drafter: ngram}", EAGLE_8B, False),
+        ("{target: '*', drafter: none}", PLAIN_70B, True),  # no speculative config
+        ("{target: '*', drafter: none}", EAGLE_8B, False),
+        ("{target: '*'}", PLAIN_70B, True),  # drafter defaults to '*'
+        ("{target: '*', track: canary}", EAGLE_8B, True),
+        ("{target: '*', track: stable}", EAGLE_8B, False),
+    ],
+)
+def test_matching(pair: str, pod: PodIdentity, expected: bool) -> None:
+    scenario = load_scenario(f"pairs: [{pair}]")
+    assert (resolve(scenario, pod).matched == 0) is expected
+
+
+def test_acceptance_rate_in_a_pair_replaces_the_default_acceptance() -> None:
+    scenario = load_scenario("defaults: {acceptance: 0.7}\npairs: [{target: '*', acceptance_rate: 0.4}]")
+    params = resolve(scenario, EAGLE_8B)
+    assert (params.acceptance, params.acceptance_rate) == (None, 0.4)
+
+
+def test_acceptance_rate_in_the_defaults() -> None:
+    params = resolve(load_scenario("defaults: {acceptance_rate: 0.55}"), EAGLE_8B)
+    assert (params.acceptance, params.acceptance_rate) == (None, 0.55)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("pairs: [{target: x, acceptence: 0.5}]", "pairs[0].acceptence: unknown field"),
+        ("pairs: [{drafter: x}]", "pairs[0].target: Field required"),
+        ("pairs: [{target: x, acceptance: 1.5}]", "pairs[0].acceptance: Input should be less than or equal to 1"),
+        ("pairs: [{target: x}, {target: y, decay: 0}]", "pairs[1].decay: Input should be greater than 0"),
+        ("pairs: [{target: x, load: -1}]", "pairs[0].load: Input should be greater than or equal to 0"),
+        ("pairs: [{target: x, track: blue}]", "pairs[0].track: String should match pattern"),
+        ("pairs: [{target: x, acceptance: 0.5, acceptance_rate: 0.5}]", "pairs[0]: set either acceptance or"),
+        ("defaults: {error_rate: 0.6, abort_rate: 0.6}", "defaults: error_rate + abort_rate is more than 1"),
+        ("defaults: {error_rate: 0.6}\npairs: [{target: x, abort_rate: 0.5}]", "pairs[0]: error_rate + abort_rate"),
+        ("defaults: {output_tokens: 0}", "defaults.output_tokens: Input should be greater than or equal to 1"),
+        ("pairs: {target: x}", "pairs: Input should be a valid list"),
+        ("colour: red", "colour: unknown field"),
+        ("- a list", "document: Input should be a valid dictionary"),
+        ("pairs: [", "document: not valid YAML"),
+    ],
+)
+def test_validation_errors_name_the_field(text: str, message: str) -> None:
+    with pytest.raises(ScenarioError) as error:
+        load_scenario(text)
+    assert message in str(error.value)
+
+
+def test_several_errors_are_reported_together() -> None:
+    with pytest.raises(ScenarioError) as error:
+        load_scenario("pairs: [{target: x, acceptance: 2, decay: 3}]")
+    assert "pairs[0].acceptance" in str(error.value) and "pairs[0].decay" in str(error.value)
+
+
+def test_dump_round_trips() -> None:
+    scenario = load_scenario("pairs: [{target: '*', drafter: ngram, acceptance: 0.5, track: canary}]")
+    assert load_scenario(dump_scenario(scenario)) == scenario
+    assert "null" not in dump_scenario(scenario)
+
+
+def test_json_is_accepted() -> None:
+    assert resolve(load_scenario('{"pairs": [{"target": "*", "acceptance": 0.2}]}'), EAGLE_8B).acceptance == 0.2
+
+
+def test_the_example_scenario_is_valid_and_matches_the_examples() -> None:
+    scenario = load_scenario(EXAMPLE.read_text())
+    assert resolve(scenario, EAGLE_8B).matched is not None
+    assert resolve(scenario, NGRAM_CODER).matched is not None
