@@ -12,6 +12,7 @@ from specfleet import __version__
 from specfleet.api.crd import crd_yaml
 from specfleet.api.problems import InvalidSpecError, Severity
 from specfleet.api.resource import SpeculativeDeployment
+from specfleet.chartgen import GENERATED as CHART_FILES
 from specfleet.cli import rollouts
 from specfleet.cli.run import run
 from specfleet.devcluster.cli import app as dev_app
@@ -69,6 +70,15 @@ def _root(
 def crd() -> None:
     """Print the SpeculativeDeployment CRD, generated from the API models."""
     typer.echo(crd_yaml(), nl=False)
+
+
+@app.command(name="chart-file")
+def chart_file(name: Annotated[str, typer.Argument(help=f"One of: {', '.join(CHART_FILES)}.")]) -> None:
+    """Print a Helm chart file generated from the Python sources (alert rules, Grafana dashboard)."""
+    if name not in CHART_FILES:
+        stderr.print(f"[red]error:[/] {name} is not a generated chart file; one of: {', '.join(CHART_FILES)}")
+        raise typer.Exit(2)
+    typer.echo(CHART_FILES[name](), nl=False)
 
 
 @app.command()

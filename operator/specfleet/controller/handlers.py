@@ -4,17 +4,29 @@ Only `on.event` handlers are used, never `on.create/update`, timers or daemons: 
 put a finalizer and progress annotations on every object, so deleting a SpeculativeDeployment while
 the operator is down would hang. Here deletion never waits for specfleet: owner references let the
 Kubernetes garbage collector remove the children.
+
+With several replicas, every replica watches (so a new leader starts with a warm store) and only the
+holder of a coordination.k8s.io Lease runs workers. kopf's peering cannot be used for that: it pauses
+kopf's own watches and handlers but not our worker tasks, it pauses every replica of equal priority,
+and a replica it resumes would act on a store that stopped updating while it was paused.
 """
 
 import asyncio
 import logging
+import socket
+import time
+import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import kopf
+from kubernetes.dynamic.exceptions import ConflictError
 
 from specfleet.api.resource import GROUP, PLURAL, VERSION
 from specfleet.controller.kube import Kube, connection_info
+from specfleet.controller.metrics import LEADER, FleetCollector
 from specfleet.controller.queue import WorkQueue
 from specfleet.controller.reconciler import Reconciler
 from specfleet.controller.store import Store
@@ -23,6 +35,121 @@ from specfleet.render.manifests import FIELD_MANAGER, LABEL_NAME
 MANAGED = {"app.kubernetes.io/managed-by": FIELD_MANAGER}
 INITIAL_SYNC_SECONDS = 2.0
 """Give the first LIST of every watch a moment to fill the store before the first reconcile."""
+LEASE_API_VERSION = "coordination.k8s.io/v1"
+
+logger = logging.getLogger("specfleet.handlers")
+
+
+def _default_identity() -> str:
+    """The pod name (the hostname in a pod), made unique so a restarted process never inherits a lease."""
+    return f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True)
+class LeaderElection:
+    """Which Lease elects the one replica that reconciles, and client-go's default timings.
+
+    A leader that could not renew for `renew_deadline` stops its workers; the others take over only when
+    the lease has not changed for `lease_duration`, so the two never run workers at the same time (short
+    of a reconcile already in flight, which finishes its writes).
+    """
+
+    namespace: str
+    name: str
+    identity: str = field(default_factory=_default_identity)
+    lease_duration: int = 15
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+    @classmethod
+    def parse(cls, reference: str) -> "LeaderElection":
+        """`NAMESPACE/NAME` (the form of `specfleet run --leader-election`)."""
+        namespace, _, name = reference.partition("/")
+        if not namespace or not name or "/" in name:
+            raise ValueError(f"expected NAMESPACE/NAME, got {reference!r}")
+        return cls(namespace, name)
+
+
+class Leadership:
+    """Campaigns for the Lease and keeps it; `try_hold` blocks (API calls), so it runs in a thread."""
+
+    def __init__(self, kube: Kube, election: LeaderElection, clock: Callable[[], float] = time.monotonic) -> None:
+        self.kube, self.election, self.clock = kube, election, clock
+        self._observed: tuple[Any, ...] | None = None
+        self._observed_at = 0.0
+
+    def try_hold(self) -> str | None:
+        """Create, renew or take over the Lease; returns its holder afterwards (None: nobody, or unknown).
+
+        Expiry is judged by how long the holder's record has stayed unchanged on this replica's own
+        monotonic clock (as client-go does), never by comparing timestamps written by other machines.
+        """
+        election = self.election
+        lease = self.kube.read(LEASE_API_VERSION, "Lease", election.namespace, election.name)
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        spec: dict[str, Any] = {
+            "holderIdentity": election.identity,
+            "leaseDurationSeconds": election.lease_duration,
+            "renewTime": now,
+        }
+        if lease is None:
+            manifest = {
+                "apiVersion": LEASE_API_VERSION,
+                "kind": "Lease",
+                "metadata": {"name": election.name, "namespace": election.namespace},
+                "spec": {**spec, "acquireTime": now, "leaseTransitions": 0},
+            }
+            try:
+                self.kube.create(manifest)
+            except ConflictError:
+                return None  # another replica created it first; look again next period
+            return election.identity
+        held = lease.get("spec") or {}
+        holder = held.get("holderIdentity")
+        record = (holder, held.get("renewTime"), held.get("leaseDurationSeconds"))
+        if record != self._observed:
+            self._observed, self._observed_at = record, self.clock()
+        duration = held.get("leaseDurationSeconds") or election.lease_duration
+        if holder and holder != election.identity and self.clock() - self._observed_at < duration:
+            return str(holder)
+        if holder != election.identity:
+            spec |= {"acquireTime": now, "leaseTransitions": (held.get("leaseTransitions") or 0) + 1}
+        body = {"metadata": {"resourceVersion": lease["metadata"]["resourceVersion"]}, "spec": spec}
+        try:
+            self.kube.merge_patch(LEASE_API_VERSION, "Lease", election.namespace, election.name, body)
+        except ConflictError:
+            return None  # changed under us (someone renewed or took it); look again next period
+        return election.identity
+
+    def release(self) -> None:
+        """Give the lease up on shutdown, so another replica takes over at once instead of after it expires."""
+        election = self.election
+        lease = self.kube.read(LEASE_API_VERSION, "Lease", election.namespace, election.name)
+        if lease is None or (lease.get("spec") or {}).get("holderIdentity") != election.identity:
+            return
+        body = {"metadata": {"resourceVersion": lease["metadata"]["resourceVersion"]}, "spec": {"holderIdentity": None}}
+        self.kube.merge_patch(LEASE_API_VERSION, "Lease", election.namespace, election.name, body)
+
+    async def run(self, start: Callable[[], None], stop: Callable[[], Awaitable[None]]) -> None:
+        """Call `start` on winning the lease and `stop` on losing it (another holder, or no renewal in time)."""
+        election, leading, renewed_at = self.election, False, 0.0
+        while True:
+            try:
+                holder = await asyncio.to_thread(self.try_hold)
+            except Exception as error:  # API unreachable, forbidden...: not renewed, judged below
+                logger.warning("lease %s/%s: %s", election.namespace, election.name, error)
+                holder = None
+            if holder == election.identity:
+                renewed_at = self.clock()
+                if not leading:
+                    logger.info("lease %s/%s acquired by %s", election.namespace, election.name, holder)
+                    leading = True
+                    start()
+            elif leading and (holder is not None or self.clock() - renewed_at >= election.renew_deadline):
+                logger.warning("lease %s/%s lost (holder: %s)", election.namespace, election.name, holder)
+                leading = False
+                await stop()
+            await asyncio.sleep(election.retry_period)
 
 
 @dataclass
@@ -31,6 +158,8 @@ class OperatorOptions:
     resync_seconds: float = 300.0
     metrics_port: int | None = None
     prometheus_url: str | None = None
+    leader_election: LeaderElection | None = None
+    """None: this process is the only replica and reconciles from the start."""
 
 
 @dataclass
@@ -53,29 +182,67 @@ class Controller:
             default_prometheus_url=self.options.prometheus_url,
         )
         workers: list[asyncio.Task[None]] = []
+        background: list[asyncio.Task[None]] = []
+        collector = FleetCollector(lambda: list(self.store.sdeps.values()))
+        election = self.options.leader_election
+        leadership = Leadership(self.kube, election) if election is not None else None
+
+        def start_workers() -> None:
+            for key in list(self.store.sdeps):
+                self.queue.add(key)  # keys dropped by workers cancelled at a lost lease come back
+            workers.extend(asyncio.create_task(reconciler.run_worker()) for _ in range(self.options.workers))
+            LEADER.set(1)
+
+        async def stop_workers() -> None:
+            LEADER.set(0)
+            for task in workers:
+                task.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+            workers.clear()
 
         @kopf.on.login(registry=registry)
         def login(**_: Any) -> kopf.ConnectionInfo:
             return kopf.ConnectionInfo(**connection_info(self.kube.api_client))
 
+        async def begin() -> None:
+            # kopf starts watching only once the startup handlers have returned: wait here, not in them
+            await asyncio.sleep(INITIAL_SYNC_SECONDS)
+            if leadership is None:
+                start_workers()
+                logger.info("specfleet: %d workers started", self.options.workers)
+            else:
+                logger.info("specfleet: watching; workers start when this replica holds the lease")
+                await leadership.run(start_workers, stop_workers)
+
         @kopf.on.startup(registry=registry)
-        async def configure(settings: kopf.OperatorSettings, logger: logging.Logger, **_: Any) -> None:
+        async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
             settings.posting.enabled = False  # events are posted deliberately, not from log lines
             settings.watching.server_timeout = 300
+            if not settings.peering.standalone and leadership is None:
+                logger.warning("kopf peering pauses kopf's handlers, not specfleet's workers: use leader election")
             if self.options.metrics_port is not None:
-                from prometheus_client import start_http_server
+                from prometheus_client import REGISTRY, start_http_server
 
+                REGISTRY.register(collector)
                 start_http_server(self.options.metrics_port)
-            await asyncio.sleep(INITIAL_SYNC_SECONDS)
-            for _ in range(self.options.workers):
-                workers.append(asyncio.create_task(reconciler.run_worker()))
-            logger.info("specfleet: %d workers started", self.options.workers)
+            background.append(asyncio.create_task(begin()))
 
         @kopf.on.cleanup(registry=registry)
         async def stop(**_: Any) -> None:
-            for task in workers:
+            for task in background:
                 task.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
+            await asyncio.gather(*background, return_exceptions=True)
+            was_leading = bool(workers)
+            await stop_workers()
+            if leadership is not None and was_leading:
+                try:
+                    await asyncio.to_thread(leadership.release)
+                except Exception as error:  # the others then wait for the lease to expire instead
+                    logger.warning("could not release the lease: %s", error)
+            if self.options.metrics_port is not None:
+                from prometheus_client import REGISTRY
+
+                REGISTRY.unregister(collector)
 
         # async handlers: kopf runs them on the event loop, where the store and the queue live
         @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)

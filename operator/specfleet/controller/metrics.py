@@ -1,14 +1,60 @@
-"""The operator's own Prometheus metrics (served by `specfleet run --metrics-port`)."""
+"""The operator's own Prometheus metrics (served by `specfleet run --metrics-port`).
 
-from prometheus_client import Counter, Histogram
+Counters and histograms are updated where things happen. The per-object gauges (rollout phase, canary
+weight) are read from the watch store at scrape time, so they can never disagree with it. Names are
+constants because the chart's Grafana dashboard (`specfleet.chartgen`) queries them.
+"""
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from specfleet.api.status import Phase
+from specfleet.metrics import names
+
+RECONCILES_TOTAL = "specfleet_reconciles_total"
+ROLLOUT_EVENTS_TOTAL = "specfleet_rollout_events_total"
+ANALYSES_TOTAL = "specfleet_analyses_total"
+ANALYSIS_DURATION = "specfleet_analysis_duration_seconds"
+ROLLOUT_PHASE = "specfleet_rollout_phase"
+CANARY_WEIGHT = "specfleet_canary_weight"
+LEADING = "specfleet_leader"
 
 API_REQUESTS = Counter(
     "specfleet_api_requests_total", "Kubernetes API requests the operator made", ["verb", "resource"]
 )
-RECONCILES = Counter("specfleet_reconciles_total", "Reconciles of SpeculativeDeployments", ["result"])
+RECONCILES = Counter(RECONCILES_TOTAL, "Reconciles of SpeculativeDeployments", ["result"])
 RECONCILE_SECONDS = Histogram("specfleet_reconcile_duration_seconds", "Time to reconcile one object")
-TRANSITIONS = Counter(
-    "specfleet_rollout_events_total", "Rollout transitions (Promoted, RolledBack, Aborted, ...)", ["reason"]
-)
-ANALYSES = Counter("specfleet_analyses_total", "Canary analyses by verdict", ["verdict"])
-ANALYSIS_SECONDS = Histogram("specfleet_analysis_duration_seconds", "Time to query Prometheus for one analysis")
+TRANSITIONS = Counter(ROLLOUT_EVENTS_TOTAL, "Rollout transitions (Promoted, RolledBack, Aborted, ...)", ["reason"])
+ANALYSES = Counter(ANALYSES_TOTAL, "Canary analyses by verdict", ["verdict"])
+ANALYSIS_SECONDS = Histogram(ANALYSIS_DURATION, "Time to query Prometheus for one analysis")
+LEADER = Gauge(LEADING, "1 while this replica runs the reconcile workers (it holds the lease, or runs alone)")
+
+
+class FleetCollector(Collector):
+    """`specfleet_rollout_phase` (1 for the current phase, 0 for the others) and `specfleet_canary_weight`.
+
+    Labelled like the vLLM pods' series (`namespace`, `specfleet_io_name`), so dashboards can put the
+    rollout next to the acceptance rate. `objects` is called from the metrics server's thread: it must
+    return a snapshot, not a live view of the store.
+    """
+
+    def __init__(self, objects: Callable[[], Iterable[Mapping[str, Any]]]) -> None:
+        self._objects = objects
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        keys = [names.NAMESPACE, names.SDEP]
+        phase = GaugeMetricFamily(ROLLOUT_PHASE, "Rollout phase of a SpeculativeDeployment", labels=[*keys, "phase"])
+        weight = GaugeMetricFamily(CANARY_WEIGHT, "Canary share of traffic, percent", labels=keys)
+        for obj in self._objects():
+            meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+            key = [meta.get("namespace", ""), meta.get("name", "")]
+            current = status.get("phase", Phase.PENDING.value)
+            for candidate in Phase:
+                phase.add_metric([*key, candidate.value], 1.0 if candidate.value == current else 0.0)
+            weight.add_metric(key, float(status.get("canaryWeight", 0)))
+        yield phase
+        yield weight

@@ -1,0 +1,433 @@
+"""The Helm chart on the real dev cluster, and the operator running on nothing but the chart's RBAC.
+
+Helm and kubectl are the pinned builds. The operator runs as a local process whose kubeconfig holds a
+token of the chart's ServiceAccount (`kubectl create token`), so every request it makes is authorised
+by the chart's Roles exactly as in a pod; the pod the chart creates is a kwok fake and runs nothing.
+Waits poll with a deadline; the one fixed window (a follower must not write) says why.
+"""
+
+import contextlib
+import json
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from specfleet import chartgen
+from specfleet.devcluster.cluster import ClusterInfo
+
+from fleetkit import Fleet, healthy, sdep, wait_for
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "specfleet"
+RBAC_DENIED = ("cannot ", "Not enough permissions")
+"""What kopf and the API server say when RBAC refuses a request (RBAC messages read `... cannot <verb> ...`)."""
+
+MONITORING_KINDS = {
+    "PodMonitor": "podmonitors",
+    "ServiceMonitor": "servicemonitors",
+    "PrometheusRule": "prometheusrules",
+}
+
+LAUNCHER = """
+import sys
+
+import kopf
+
+from specfleet.controller.handlers import Controller, LeaderElection, OperatorOptions
+from specfleet.controller.kube import Kube, load_config
+
+kubeconfig, namespace, lease = sys.argv[1:]
+options = OperatorOptions(resync_seconds=30, leader_election=LeaderElection.parse(lease))
+controller = Controller(Kube(load_config(kubeconfig)), options)
+kopf.configure(verbose=False)
+kopf.run(registry=controller.registry(), standalone=True, namespaces=[namespace], liveness_endpoint=None)
+"""
+"""`specfleet run --leader-election NS/NAME` until cli/run.py exposes the option: the same wiring."""
+
+
+def run(command: list[str], stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=180, check=False)
+    if check and result.returncode != 0:
+        pytest.fail(f"{' '.join(command[:4])} ... failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+class Cluster:
+    """helm and kubectl against the dev cluster, as admin or with another kubeconfig."""
+
+    def __init__(self, info: ClusterInfo) -> None:
+        self.info = info
+
+    def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return run([str(self.info.helm), "--kubeconfig", str(self.info.kubeconfig), *args], check=check)
+
+    def kubectl(
+        self, *args: str, kubeconfig: Path | None = None, stdin: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        config = str(kubeconfig or self.info.kubeconfig)
+        return run([str(self.info.kubectl), "--kubeconfig", config, *args], stdin=stdin, check=check)
+
+    def exists(self, *resource: str) -> bool:
+        return self.kubectl("get", *resource, "--ignore-not-found", "-o", "name").stdout.strip() != ""
+
+    def service_account_kubeconfig(self, namespace: str, account: str, path: Path) -> Path:
+        """A kubeconfig that authenticates as the ServiceAccount (a bound token, as a pod would get)."""
+        token = self.kubectl("-n", namespace, "create", "token", account, "--duration", "1h").stdout.strip()
+        admin = yaml.safe_load(self.info.kubeconfig.read_text())
+        cluster = admin["clusters"][0]
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [cluster],
+            "users": [{"name": account, "user": {"token": token}}],
+            "contexts": [{"name": account, "context": {"cluster": cluster["name"], "user": account}}],
+            "current-context": account,
+        }
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+
+@pytest.fixture
+def cluster(dev_cluster: ClusterInfo) -> Cluster:
+    return Cluster(dev_cluster)
+
+
+@pytest.fixture
+def release(cluster: Cluster, namespace: str) -> Iterator[str]:
+    """A release name unique to the test (its ClusterRoles are cluster-wide), uninstalled afterwards."""
+    name = f"sf-{namespace.removeprefix('test-')}"
+    yield name
+    cluster.helm("uninstall", name, "-n", namespace, "--wait", "--ignore-not-found", check=False)
+
+
+@pytest.fixture
+def monitoring_crds(cluster: Cluster) -> Iterator[None]:
+    """Stand-ins for the Prometheus Operator's CRDs: the kinds exist (schema-less), so the API server
+    serves monitoring.coreos.com/v1 and Helm's `.Capabilities` sees it. Removed afterwards."""
+    crds = [
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.monitoring.coreos.com"},
+            "spec": {
+                "group": "monitoring.coreos.com",
+                "scope": "Namespaced",
+                "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
+                "versions": [
+                    {
+                        "name": "v1",
+                        "served": True,
+                        "storage": True,
+                        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                    }
+                ],
+            },
+        }
+        for kind, plural in MONITORING_KINDS.items()
+    ]
+    manifest = yaml.safe_dump_all(crds)
+    cluster.kubectl("apply", "-f", "-", stdin=manifest)
+    names = [f"crd/{plural}.monitoring.coreos.com" for plural in MONITORING_KINDS.values()]
+    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+    yield
+    cluster.kubectl("delete", "--wait=true", "--timeout=60s", *names, check=False)
+
+
+@contextlib.contextmanager
+def operator_process(command: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A `specfleet run`-like child process, terminated (then killed) when the block ends."""
+    with log.open("ab") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=30)
+
+
+def specfleet_run(kubeconfig: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "specfleet.cli", "run", "--kubeconfig", str(kubeconfig), "--liveness", "", *args]
+
+
+def can_i(cluster: Cluster, kubeconfig: Path, *question: str) -> bool:
+    answer = cluster.kubectl("auth", "can-i", *question, kubeconfig=kubeconfig, check=False)
+    return answer.stdout.strip() == "yes"
+
+
+def refusals(log: Path) -> list[str]:
+    return [line for line in log.read_text().splitlines() if any(text in line for text in RBAC_DENIED)]
+
+
+def promote_then_abort(fleet: Fleet) -> None:
+    """A canary that walks its steps and is promoted, then one held at a manual gate and aborted."""
+    before = healthy(fleet)["stableRevision"]
+    fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 3}})
+    canary = wait_for("a canary", lambda: fleet.status("llama").get("canaryRevision"))
+    assert canary != before
+    status = wait_for(
+        "promotion",
+        lambda: (s := fleet.status("llama")).get("stableRevision") == canary and s.get("phase") == "Healthy" and s,
+    )
+    assert status["history"][-1]["outcome"] == "Promoted"
+    wait_for("the promoted canary's Deployment to go", lambda: "llama-canary" not in fleet.deployments())
+
+    fleet.patch_spec("llama", {"rollout": {"steps": [{"weight": 50, "pause": {}}]}})
+    fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 2}})
+    wait_for("the manual gate", fleet.phase_is("llama", "Paused"))
+    fleet.annotate("llama", "specfleet.io/abort", "now")
+    status = wait_for("the abort", fleet.phase_is("llama", "Aborted"))
+    assert status["history"][-1]["outcome"] == "Aborted"
+    wait_for("the aborted canary's Deployment to go", lambda: "llama-canary" not in fleet.deployments())
+    wait_for(
+        "the abort annotation to be consumed",
+        lambda: "specfleet.io/abort" not in (fleet.get("llama")["metadata"].get("annotations") or {}),
+    )
+
+
+def test_rendered_chart_passes_a_server_side_dry_run(cluster: Cluster, namespace: str, monitoring_crds: None) -> None:
+    everything = [
+        *("--set", "replicaCount=2", "--set", f"watchNamespaces={{{namespace}}}"),
+        *("--set", "prometheusAuth.enabled=true", "--set", "prometheusAuth.secretNames={prom-token}"),
+        *(
+            "--set",
+            "gatewayAPI.enabled=true",
+            "--set",
+            "monitoring.force=true",
+            "--set",
+            "grafanaDashboard.enabled=true",
+        ),
+    ]
+    for values in ([], everything):
+        rendered = cluster.helm("template", "sf-dry", str(CHART), "-n", namespace, *values).stdout
+        kinds = {doc["kind"] for doc in yaml.safe_load_all(rendered) if doc}
+        result = cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", stdin=rendered)
+        assert result.stdout.count("(server dry run)") == rendered.count("\nkind: "), result.stdout
+    assert {"PodMonitor", "ServiceMonitor", "PrometheusRule", "ConfigMap", "Role", "RoleBinding"} <= kinds
+
+
+def test_install_upgrade_uninstall(cluster: Cluster, namespace: str, release: str) -> None:
+    cluster.helm("install", release, str(CHART), "-n", namespace, "--wait", "--timeout", "120s")
+    assert cluster.exists("-n", namespace, f"deployment/{release}-specfleet")
+    assert cluster.exists(f"clusterrole/{release}-specfleet") and cluster.exists(
+        f"clusterrolebinding/{release}-specfleet"
+    )
+    assert not cluster.exists("-n", namespace, f"role/{release}-specfleet-leader-election")
+
+    cluster.helm(
+        *("upgrade", release, str(CHART), "-n", namespace, "--wait", "--timeout", "120s"),
+        *("--set", "operator.workers=8", "--set", "replicaCount=2"),
+    )
+    deployment = json.loads(
+        cluster.kubectl("-n", namespace, "get", f"deployment/{release}-specfleet", "-o", "json").stdout
+    )
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--workers=8" in args and f"--leader-election={namespace}/{release}-specfleet" in args
+    assert deployment["spec"]["replicas"] == 2 and deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert cluster.exists("-n", namespace, f"role/{release}-specfleet-leader-election")
+    history = json.loads(cluster.helm("history", release, "-n", namespace, "-o", "json").stdout)
+    assert [h["status"] for h in history] == ["superseded", "deployed"]
+
+    cluster.helm("uninstall", release, "-n", namespace, "--wait")
+    assert not cluster.exists("-n", namespace, f"deployment/{release}-specfleet")
+    assert not cluster.exists(f"clusterrole/{release}-specfleet")
+    assert not cluster.exists("-n", namespace, f"serviceaccount/{release}-specfleet")
+    assert cluster.exists("crd/speculativedeployments.specfleet.io"), "Helm never deletes the CRD (or its objects)"
+
+
+def test_install_refuses_bad_values_with_the_key_in_the_message(cluster: Cluster, namespace: str, release: str) -> None:
+    for values, message in (
+        (("--set", "replicaCount=two"), "at '/replicaCount': got string, want integer"),
+        (("--set", "operator.workerz=8"), "at '/operator': additional properties 'workerz' not allowed"),
+    ):
+        refused = cluster.helm("install", release, str(CHART), "-n", namespace, *values, check=False)
+        assert refused.returncode != 0 and message in refused.stderr, refused.stderr
+    assert cluster.helm("list", "-n", namespace, "-q").stdout.strip() == ""
+
+
+def test_monitoring_objects_appear_when_the_api_is_served(
+    cluster: Cluster, namespace: str, release: str, monitoring_crds: None
+) -> None:
+    cluster.helm("install", release, str(CHART), "-n", namespace)
+    for kind, plural in MONITORING_KINDS.items():
+        name = f"{release}-specfleet-vllm" if kind == "PodMonitor" else f"{release}-specfleet"
+        assert cluster.exists("-n", namespace, f"{plural}.monitoring.coreos.com/{name}"), kind
+
+
+def test_the_operator_runs_on_the_namespaced_rbac_and_no_more(
+    cluster: Cluster, namespace: str, release: str, crd_installed: None, fleet: Fleet, tmp_path: Path
+) -> None:
+    values = ["--set", f"watchNamespaces={{{namespace}}}"]
+    values += ["--set", "prometheusAuth.enabled=true", "--set", "prometheusAuth.secretNames={prom-token}"]
+    cluster.helm("install", release, str(CHART), "-n", namespace, *values)
+    account = cluster.service_account_kubeconfig(namespace, f"{release}-specfleet", tmp_path / "sa.kubeconfig")
+    log = tmp_path / "operator.log"
+
+    with operator_process(specfleet_run(account, "--namespace", namespace, "--resync", "30"), log):
+        promote_then_abort(fleet)
+    assert refusals(log) == [], "the operator was refused something it uses"
+
+    allowed = [("get", "secrets/prom-token"), ("patch", "speculativedeployments/status"), ("create", "events")]
+    denied = [
+        ("get", "secrets/other"),
+        ("list", "secrets"),
+        ("list", "nodes"),
+        ("create", "pods"),
+        ("delete", "pods"),
+        ("update", "deployments"),
+        ("create", "speculativedeployments"),
+        ("delete", "speculativedeployments"),
+        ("get", "configmaps"),
+        ("list", "deployments", "--namespace", "default"),
+        ("patch", "httproutes.gateway.networking.k8s.io"),
+    ]
+    for question in allowed:
+        assert can_i(cluster, account, *question, "--namespace", namespace), question
+    for question in denied:
+        namespaced = question if "--namespace" in question else (*question, "--namespace", namespace)
+        assert not can_i(cluster, account, *namespaced), question
+    refused = cluster.kubectl("get", "secrets", "-n", namespace, kubeconfig=account, check=False)
+    assert refused.returncode != 0 and "Forbidden" in refused.stderr
+
+
+def test_the_operator_runs_on_the_cluster_wide_rbac(
+    cluster: Cluster, namespace: str, release: str, crd_installed: None, fleet: Fleet, tmp_path: Path
+) -> None:
+    cluster.helm("install", release, str(CHART), "-n", namespace)
+    account = cluster.service_account_kubeconfig(namespace, f"{release}-specfleet", tmp_path / "sa.kubeconfig")
+    log = tmp_path / "operator.log"
+    with operator_process(specfleet_run(account, "--resync", "30"), log):
+        healthy(fleet)
+    assert refusals(log) == []
+    assert can_i(cluster, account, "list", "speculativedeployments", "--all-namespaces")
+    for question in (("get", "secrets", "--all-namespaces"), ("list", "nodes"), ("create", "namespaces")):
+        assert not can_i(cluster, account, *question), question
+
+
+def _lease(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    return json.loads(cluster.kubectl("-n", namespace, "get", f"lease/{name}", "-o", "json").stdout)["spec"]
+
+
+def observe_for(seconds: float, what: str, probe: Callable[[], bool]) -> None:
+    """A negative can only be seen over a window: fail as soon as `probe` turns false within it."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert probe(), what
+        time.sleep(0.25)
+
+
+def test_replicas_elect_one_writer_and_fail_over(
+    cluster: Cluster, namespace: str, release: str, crd_installed: None, fleet: Fleet, tmp_path: Path
+) -> None:
+    values = ["--set", "replicaCount=2", "--set", f"watchNamespaces={{{namespace}}}"]
+    cluster.helm("install", release, str(CHART), "-n", namespace, *values)
+    account = cluster.service_account_kubeconfig(namespace, f"{release}-specfleet", tmp_path / "sa.kubeconfig")
+    lease_name = f"{release}-specfleet"
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    foreign = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": lease_name, "namespace": namespace},
+        "spec": {"holderIdentity": "someone-else", "leaseDurationSeconds": 3600, "renewTime": now},
+    }
+    cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(foreign))
+
+    logs = [tmp_path / "replica-a.log", tmp_path / "replica-b.log"]
+    command = [sys.executable, "-c", LAUNCHER, str(account), namespace, f"{namespace}/{lease_name}"]
+    with operator_process(command, logs[0]) as a, operator_process(command, logs[1]) as b:
+        replicas = {logs[0]: a, logs[1]: b}
+        wait_for("both replicas standing by", lambda: all("workers start when" in log.read_text() for log in logs))
+        fleet.apply(sdep("llama"))
+        # the followers watch the new object at once; 5 s is more than two lease retry periods
+        observe_for(5.0, "no replica writes while another holds the lease", lambda: not fleet.status("llama"))
+
+        cluster.kubectl(
+            "-n", namespace, "patch", f"lease/{lease_name}", "--type=merge", "-p", '{"spec":{"holderIdentity":null}}'
+        )
+        wait_for("Healthy under the elected replica", fleet.phase_is("llama", "Healthy"))
+        first = _lease(cluster, namespace, lease_name)["holderIdentity"]
+        leader_log = next(log for log in logs if f"acquired by {first}" in log.read_text())
+        replicas[leader_log].send_signal(signal.SIGKILL)  # no release: the other must wait for expiry
+        replicas[leader_log].wait(timeout=30)
+
+        second = wait_for(
+            "the other replica to take over",
+            lambda: (h := _lease(cluster, namespace, lease_name).get("holderIdentity")) not in (first, None) and h,
+            timeout=60,
+        )
+        assert _lease(cluster, namespace, lease_name)["leaseTransitions"] >= 2
+        fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 3}})
+        canary = wait_for("a canary under the new leader", lambda: fleet.status("llama").get("canaryRevision"))
+        wait_for("its promotion", lambda: fleet.status("llama").get("stableRevision") == canary)
+    survivor_log = next(log for log in logs if log != leader_log)
+    assert f"acquired by {second}" in survivor_log.read_text()
+    assert all(refusals(log) == [] for log in logs)
+
+
+def test_dashboard_and_alert_queries_are_valid_promql(dev_cluster: ClusterInfo) -> None:
+    dashboard_exprs = [t["expr"] for p in chartgen.dashboard()["panels"] for t in p.get("targets", [])]
+    rule_exprs = [rule["expr"] for rule in chartgen.prometheus_rules()["groups"][0]["rules"]]
+    grafana_variables = {"$namespace": ".*", "$fleet": ".*", "$__rate_interval": "1m"}
+    for expr in dashboard_exprs + rule_exprs:
+        for variable, value in grafana_variables.items():
+            expr = expr.replace(variable, value)
+        url = f"{dev_cluster.prometheus_url}/api/v1/query?{urllib.parse.urlencode({'query': expr})}"
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            assert json.load(answer)["status"] == "success", expr
+
+
+def _build_stage_copies(dockerfile: Path) -> list[str]:
+    """The sources the operator image's build stage COPYs from the repository (continuations joined)."""
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
+    build_stage = text.split("\nFROM ")[1]
+    return [src for line in build_stage.splitlines() if line.startswith("COPY ") for src in line.split()[1:-1]]
+
+
+def test_the_operator_image_install_step_installs_only_runtime_dependencies(tmp_path: Path) -> None:
+    """images/operator/Dockerfile's build stage, run here: its COPYs into a context, its two commands."""
+    context = tmp_path / "src"
+    context.mkdir()
+    for source in _build_stage_copies(ROOT / "images" / "operator" / "Dockerfile"):
+        if (ROOT / source).is_dir():
+            shutil.copytree(ROOT / source, context / source, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(ROOT / source, context / source)
+    venv = tmp_path / "venv"
+    run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(venv / "bin" / "python"),
+            "install",
+            "--no-cache-dir",
+            str(context),
+        ]
+    )
+
+    assert "Run the operator" in run([str(venv / "bin" / "specfleet"), "run", "--help"]).stdout
+    listing = "import importlib.metadata as m; print(*(d.metadata['Name'] for d in m.distributions()))"
+    names = run([str(venv / "bin" / "python"), "-c", listing]).stdout.split()
+    installed = {re.sub(r"[-_.]+", "-", name).lower() for name in names}
+    assert {"specfleet", "kopf", "kubernetes", "pydantic", "prometheus-client", "typer"} <= installed
+    assert not installed & {"pytest", "ruff", "hypothesis", "import-linter", "vllm", "pip"}

@@ -1,0 +1,23 @@
+"""`specfleet demo` runs unattended and tells its story: Healthy, Promoted, RolledBack."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from specfleet.devcluster.cluster import ClusterInfo
+
+pytestmark = pytest.mark.integration
+
+
+def test_the_demo_plays_its_three_acts(dev_cluster: ClusterInfo) -> None:
+    environment = {**os.environ, "SPECFLEET_STATE_DIR": str(dev_cluster.state_dir), "COLUMNS": "200"}
+    result = subprocess.run(
+        [sys.executable, "-m", "specfleet.cli", "demo"], capture_output=True, text=True, timeout=900, env=environment
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summary = result.stdout.split(" summary ", 1)[1].split("\n", 1)[1]  # the lines after the summary rule
+    assert [line.split()[0] for line in summary.strip().splitlines()[:3]] == ["Healthy", "Promoted", "RolledBack"]
+    assert "acceptance rate" in result.stdout  # the rollback's evidence is printed
+    assert "left running" in result.stdout  # it reused the session's cluster and left it up
