@@ -85,3 +85,10 @@ def test_help_lists_the_commands() -> None:
     assert result.exit_code == 0
     for command in ("validate", "render", "crd", "dev"):
         assert command in result.stdout
+
+
+def test_committed_field_reference_matches_the_models() -> None:
+    result = runner.invoke(app, ["reference"])
+    assert result.exit_code == 0
+    assert (ROOT / "docs" / "reference.md").read_text() == result.stdout, "run: specfleet reference > docs/reference.md"
+    assert "`spec.speculative.numSpeculativeTokens`" in result.stdout

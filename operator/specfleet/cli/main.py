@@ -106,6 +106,14 @@ def validate(filename: FileOption) -> None:
     raise typer.Exit(1 if failed else 0)
 
 
+@app.command()
+def reference() -> None:
+    """Print the field reference of SpeculativeDeployment (Markdown), generated from the API models."""
+    from specfleet.api.reference import reference_markdown
+
+    typer.echo(reference_markdown())
+
+
 @app.command(name="render")
 def render_command(
     filename: FileOption,
