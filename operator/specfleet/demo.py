@@ -26,7 +26,8 @@ from specfleet.devcluster.cluster import ClusterInfo, down, status, up
 NAME = "llama-70b"
 NAMESPACE = "specfleet-demo"
 SCENARIO = {
-    "defaults": {"acceptance_rate": 0.7, "load": 6.0, "output_tokens": 128, "noise": 0.05},
+    # light load (2 requests/s per pod): small batches, where speculative decoding is meant to pay
+    "defaults": {"acceptance_rate": 0.7, "load": 2.0, "output_tokens": 128, "noise": 0.05},
     "pairs": [
         {"target": "*Llama-3.1-70B*", "drafter": "*Llama-3.2-1B*", "acceptance_rate": 0.62},
         # an EAGLE-3 head is one decoder layer: its name says 70B (the target it was trained for), its cost does not
@@ -237,6 +238,8 @@ clean up: kill {" ".join(str(p.pid) for p in self.processes)} (simulator, operat
             process.terminate()
         for process in self.processes:
             process.wait(timeout=30)
+        if self.cluster is not None and not started_cluster:  # free the GPUs of a cluster we only borrowed
+            kubernetes.client.CoreV1Api(self.cluster.api_client()).delete_namespace(NAMESPACE)
         if started_cluster:
             down()
             self.console.print("cleaned up: processes stopped, dev cluster down")
