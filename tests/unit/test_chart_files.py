@@ -117,3 +117,15 @@ def test_the_operator_image_matches_the_chart() -> None:
         f"{values['healthPort']} {values['metrics']['port']}"
     ]
     assert len([a for kind, a in instructions if kind == "FROM"]) == 2, "multi-stage: build, then runtime"
+
+
+def test_the_operator_build_context_sends_what_the_build_stage_copies() -> None:
+    dockerfile = IMAGES / "operator" / "Dockerfile"
+    copied = {
+        src.rstrip("/")
+        for kind, a in _instructions(dockerfile)
+        if kind == "COPY" and "--from" not in a
+        for src in a.split()[:-1]
+    }
+    ignore = (IMAGES / "operator" / "Dockerfile.dockerignore").read_text().splitlines()
+    assert {line[1:].rstrip("/") for line in ignore if line.startswith("!")} == copied

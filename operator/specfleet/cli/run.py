@@ -8,7 +8,7 @@ from typing import Annotated
 import kopf
 import typer
 
-from specfleet.controller.handlers import Controller, OperatorOptions
+from specfleet.controller.handlers import Controller, LeaderElection, OperatorOptions
 from specfleet.controller.kube import Kube, load_config
 
 
@@ -33,11 +33,13 @@ def run(
     ] = None,
     log_format: Annotated[LogFormat, typer.Option(help="Log lines for people or for log pipelines.")] = LogFormat.HUMAN,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every reconcile.")] = False,
-    peering: Annotated[
+    leader_election: Annotated[
         str | None,
-        typer.Option(help="kopf peering object name for HA (replicas pause while a higher priority one runs)."),
+        typer.Option(
+            metavar="NAMESPACE/NAME",
+            help="For several replicas: only the holder of this coordination.k8s.io Lease reconciles.",
+        ),
     ] = None,
-    priority: Annotated[int, typer.Option(help="Peering priority of this replica.")] = 0,
     prometheus_url: Annotated[
         str | None,
         typer.Option(help="Prometheus that scrapes the vLLM pods, for objects whose spec names none."),
@@ -53,16 +55,22 @@ def run(
     )
     if not verbose:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per handled watch event
+    try:
+        election = LeaderElection.parse(leader_election) if leader_election else None
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="--leader-election") from error
     api_client = load_config(str(kubeconfig) if kubeconfig else None)
     options = OperatorOptions(
-        workers=workers, resync_seconds=resync, metrics_port=metrics_port, prometheus_url=prometheus_url
+        workers=workers,
+        resync_seconds=resync,
+        metrics_port=metrics_port,
+        prometheus_url=prometheus_url,
+        leader_election=election,
     )
     controller = Controller(Kube(api_client), options)
     kopf.run(
         registry=controller.registry(),
-        standalone=peering is None,
-        peering_name=peering,
-        priority=priority,
+        standalone=True,
         clusterwide=not namespace,
         namespaces=namespace or (),
         liveness_endpoint=liveness or None,

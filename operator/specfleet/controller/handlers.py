@@ -218,8 +218,6 @@ class Controller:
         async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
             settings.posting.enabled = False  # events are posted deliberately, not from log lines
             settings.watching.server_timeout = 300
-            if not settings.peering.standalone and leadership is None:
-                logger.warning("kopf peering pauses kopf's handlers, not specfleet's workers: use leader election")
             if self.options.metrics_port is not None:
                 from prometheus_client import REGISTRY, start_http_server
 
