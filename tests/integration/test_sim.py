@@ -8,10 +8,9 @@ import json
 import selectors
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,6 +22,8 @@ from specfleet.api.resource import SpeculativeDeployment
 from specfleet.devcluster.cluster import ClusterInfo
 from specfleet.metrics import names
 from specfleet.render.manifests import Track, deployment, revision
+
+from fleetkit import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -39,18 +40,6 @@ defaults: {acceptance_rate: 0.5, load: 8}
 pairs:
   - {target: "llama-3.1-8b", drafter: eagle3, track: canary, acceptance: 0.3}
 """
-
-
-def wait_for(what: str, probe: Callable[[], T], timeout: float) -> T:
-    """Poll `probe` until it returns something truthy; fail with `what` and the last value at the deadline."""
-    deadline = time.monotonic() + timeout
-    value = probe()
-    while not value:
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}; last: {value!r}")
-        time.sleep(1.0)
-        value = probe()
-    return value
 
 
 class Sim:
