@@ -43,14 +43,3 @@ def test_a_key_added_while_active_waits_for_done() -> None:
         return while_active, len(queue), await _take(queue)
 
     assert asyncio.run(scenario()) == (0, 1, "a")
-
-
-def test_forgotten_keys_are_not_handed_out() -> None:
-    async def scenario() -> object:
-        queue = WorkQueue()
-        queue.add("gone")
-        queue.forget("gone")
-        queue.add("kept", after=0.01)
-        return await _take(queue)
-
-    assert asyncio.run(scenario()) == "kept"

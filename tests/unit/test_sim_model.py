@@ -74,12 +74,6 @@ def test_solve_acceptance_caps_at_one_when_decay_makes_the_rate_unreachable() ->
     assert model.solve_acceptance(0.99, 0.5, 4) == 1.0
 
 
-def test_speedup_formula() -> None:
-    assert model.speedup(0.8, 4, 0.0) == pytest.approx(model.expected_tokens_per_step(0.8, 4))
-    assert model.speedup(0.8, 4, 0.05) == pytest.approx(3.3616 / 1.2)
-    assert model.speedup(0.1, 8, 0.1) < 1  # a poor drafter slows decoding down
-
-
 def test_decode_floor_is_weights_over_bandwidth() -> None:
     """70B in bf16 on one MI300X-class stream: 140 GB / 5.3 TB/s = 26.4 ms per pass."""
     single = model.StepLoad(decode_requests=1, spec_tokens=0, prefill_tokens=0, context_tokens=0)

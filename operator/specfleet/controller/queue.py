@@ -33,10 +33,6 @@ class WorkQueue:
         heapq.heappush(self._heap, (due, self._counter, key))
         self._changed.set()
 
-    def forget(self, key: Hashable) -> None:
-        self._due.pop(key, None)
-        self._again.pop(key, None)
-
     async def get(self) -> Hashable:
         """The next due key; the caller must call `done(key)` afterwards."""
         while True:

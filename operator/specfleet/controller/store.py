@@ -54,6 +54,3 @@ class Store:
     def children(self, kind: str, owner: Key) -> dict[str, Raw]:
         """name -> object of one kind belonging to `owner`."""
         return dict(self._children[kind].get(owner, {}))
-
-    def is_empty_for(self, owner: Key) -> bool:
-        return owner not in self.sdeps and not any(self._children[kind].get(owner) for kind in self._children)

@@ -131,11 +131,6 @@ def solve_acceptance(rate: float, decay: float, k: int) -> float:
     return (low + high) / 2
 
 
-def speedup(acceptance: float, k: int, draft_cost: float) -> float:
-    """Leviathan et al.'s speed-up over plain decoding at small batches: (1 - a^(k+1)) / ((1 - a)(k c + 1))."""
-    return expected_tokens_per_step(acceptance, k) / (k * draft_cost + 1)
-
-
 def default_draft_cost(
     method: str,
     target_bytes: float,
