@@ -3,6 +3,7 @@
 import socket
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import kubernetes
 
@@ -26,6 +27,22 @@ def cluster_with_crd(state_dir: Path, mi300x_nodes: int) -> tuple[ClusterInfo, s
     namespace = f"bench-{free_port()}"
     kubernetes.client.CoreV1Api(cluster.api_client()).create_namespace({"metadata": {"name": namespace}})
     return cluster, namespace
+
+
+def one_replica_fleet(name: str, speculative: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    """A one-replica Llama 3.1 8B SpeculativeDeployment on MI300X (one GPU), with extra spec fields."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "SpeculativeDeployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+            "speculative": speculative,
+            "accelerator": {"productNames": ["AMD_Instinct_MI300X_OAM"]},
+            **spec,
+        },
+    }
 
 
 def free_port() -> int:

@@ -25,23 +25,9 @@ from pathlib import Path
 
 import kubernetes
 
-from benchkit import GROUP, PLURAL, VERSION, cluster_with_crd, percentile
+from benchkit import GROUP, PLURAL, VERSION, cluster_with_crd, one_replica_fleet, percentile
 
 WRITE_VERBS = ("apply", "create", "delete", "patch", "patch-status")
-
-
-def manifest(name: str) -> dict:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "SpeculativeDeployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 1,
-            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
-            "speculative": {"method": "ngram", "numSpeculativeTokens": 4},
-            "accelerator": {"productNames": ["AMD_Instinct_MI300X_OAM"]},
-        },
-    }
 
 
 def operator_requests(port: int) -> dict[str, float]:
@@ -139,7 +125,10 @@ def main() -> None:
         watcher.start()
         time.sleep(1)
         start = time.monotonic()
-        documents = [manifest(f"fleet-{i:04d}") for i in range(args.count)]
+        documents = [
+            one_replica_fleet(f"fleet-{i:04d}", {"method": "ngram", "numSpeculativeTokens": 4})
+            for i in range(args.count)
+        ]
 
         def create(chunk: list[dict]) -> None:
             client = kubernetes.client.CustomObjectsApi(cluster.api_client())

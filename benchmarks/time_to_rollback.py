@@ -25,7 +25,7 @@ from typing import Any
 import kubernetes
 import yaml
 
-from benchkit import GROUP, PLURAL, VERSION, cluster_with_crd, free_port, percentile
+from benchkit import GROUP, PLURAL, VERSION, cluster_with_crd, free_port, one_replica_fleet, percentile
 
 GOOD = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
 SCENARIO: dict[str, Any] = {"defaults": {"acceptance_rate": 0.72, "load": 6.0, "output_tokens": 128, "noise": 0.05}}
@@ -40,20 +40,9 @@ def rollout(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def fleet(name: str, drafter: str, env: list[dict[str, str]], args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "SpeculativeDeployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 1,
-            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
-            "speculative": {"method": "eagle3", "model": drafter, "revision": "main", "numSpeculativeTokens": 4},
-            "engine": {"env": env},
-            "accelerator": {"productNames": ["AMD_Instinct_MI300X_OAM"]},
-            "rollout": rollout(args),
-        },
-    }
+def fleet(name: str, drafter: str, args: argparse.Namespace) -> dict[str, Any]:
+    speculative = {"method": "eagle3", "model": drafter, "revision": "main", "numSpeculativeTokens": 4}
+    return one_replica_fleet(name, speculative, rollout=rollout(args))
 
 
 def main() -> None:
@@ -91,9 +80,9 @@ def main() -> None:
     aa_names = [f"aa-{i:02d}" for i in range(args.trials)]
     try:
         for name in breach_names:
-            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, fleet(name, GOOD, [], args))
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, fleet(name, GOOD, args))
         for name in aa_names:
-            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, fleet(name, GOOD, [], args))
+            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, fleet(name, GOOD, args))
 
         def statuses() -> dict[str, dict[str, Any]]:
             items = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]

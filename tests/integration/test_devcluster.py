@@ -9,7 +9,6 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,81 +20,44 @@ from specfleet.devcluster.config import free_ports
 from specfleet.devcluster.nodes import GPU_RESOURCE, pool_from_counts
 from specfleet.devcluster.versions import HELM_VERSION, KUBERNETES_VERSION
 
+from fleetkit import wait_for
+
 pytestmark = pytest.mark.integration
 
 T = TypeVar("T")
 MI300X = "AMD_Instinct_MI300X_OAM"
 
 
-def eventually(probe: Callable[[], T | None], what: str, timeout: float = 60.0) -> T:
-    """Poll `probe` until it returns something truthy; fail naming `what` after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        result = probe()
-        if result:
-            return result
-        time.sleep(0.25)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
+def deployment_of(name: str, replicas: int, pod_spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name}}, "spec": pod_spec},
+        },
+    }
 
 
 def gpu_deployment(name: str, gpus: int, replicas: int, product_name: str = MI300X) -> dict[str, Any]:
     """A Deployment shaped like a vLLM server: whole GPUs, required affinity on the node labeller's product name."""
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "affinity": {
-                        "nodeAffinity": {
-                            "requiredDuringSchedulingIgnoredDuringExecution": {
-                                "nodeSelectorTerms": [
-                                    {
-                                        "matchExpressions": [
-                                            {
-                                                "key": "amd.com/gpu.product-name",
-                                                "operator": "In",
-                                                "values": [product_name],
-                                            }
-                                        ]
-                                    }
-                                ]
-                            }
-                        }
-                    },
-                    "containers": [
-                        {
-                            "name": "vllm",
-                            "image": "vllm/vllm-openai-rocm:latest",
-                            "resources": {"limits": {GPU_RESOURCE: str(gpus)}},
-                        }
-                    ],
-                },
-            },
-        },
+    match = {"key": "amd.com/gpu.product-name", "operator": "In", "values": [product_name]}
+    affinity = {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [match]}]}
     }
+    container = {
+        "name": "vllm",
+        "image": "vllm/vllm-openai-rocm:latest",
+        "resources": {"limits": {GPU_RESOURCE: str(gpus)}},
+    }
+    return deployment_of(name, replicas, {"affinity": {"nodeAffinity": affinity}, "containers": [container]})
 
 
 def cpu_deployment(name: str, replicas: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {
-                    "containers": [{"name": "app", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}]
-                },
-            },
-        },
-    }
+    container = {"name": "app", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}
+    return deployment_of(name, replicas, {"containers": [container]})
 
 
 def pods_of(core: kubernetes.client.CoreV1Api, namespace: str, app: str) -> list[kubernetes.client.V1Pod]:
@@ -115,16 +77,16 @@ def test_gpu_pods_land_on_mi300x_nodes_and_become_ready(k8s_api: kubernetes.clie
         pods = pods_of(core, namespace, "llama")
         return pods if len(pods) == 2 and all(is_ready(pod) for pod in pods) else None
 
-    pods = eventually(all_ready, "2 Ready pods of 8 GPUs each")
+    pods = wait_for("2 Ready pods of 8 GPUs each", all_ready)
     assert len({pod.spec.node_name for pod in pods}) == 2, "8 GPUs per node: one replica per node"
     for pod in pods:
         assert pod.status.phase == "Running"
         assert pod.status.pod_ip, "kwok gives every pod an IP"
         node = core.read_node(pod.spec.node_name)
         assert node.metadata.labels["amd.com/gpu.product-name"] == MI300X
-    deployment = eventually(
-        lambda: (d := apps.read_namespaced_deployment("llama", namespace)).status.ready_replicas == 2 and d,
+    deployment = wait_for(
         "the Deployment to report 2 ready replicas",
+        lambda: (d := apps.read_namespaced_deployment("llama", namespace)).status.ready_replicas == 2 and d,
     )
     assert deployment.status.available_replicas == 2
 
@@ -143,15 +105,15 @@ def test_sixteen_gpus_stay_pending_with_the_schedulers_reason(
                     return condition.message
         return None
 
-    message = eventually(unschedulable_message, "the scheduler to mark the pod Unschedulable")
+    message = wait_for("the scheduler to mark the pod Unschedulable", unschedulable_message)
     assert "Insufficient amd.com/gpu" in message
-    events = eventually(
+    events = wait_for(
+        "a FailedScheduling event",
         lambda: [
             event
             for event in core.list_namespaced_event(namespace).items
             if event.reason == "FailedScheduling" and "Insufficient amd.com/gpu" in (event.message or "")
         ],
-        "a FailedScheduling event",
     )
     assert events[0].source.component == "default-scheduler" or events[0].reporting_component == "default-scheduler"
     [pod] = pods_of(core, namespace, "too-big")
@@ -165,13 +127,13 @@ def test_deleting_a_deployment_garbage_collects_its_replicasets_and_pods(
     apps = kubernetes.client.AppsV1Api(k8s_api)
     core = kubernetes.client.CoreV1Api(k8s_api)
     apps.create_namespaced_deployment(namespace, cpu_deployment("web", replicas=3))
-    eventually(lambda: len([pod for pod in pods_of(core, namespace, "web") if is_ready(pod)]) == 3, "3 Ready pods")
+    wait_for("3 Ready pods", lambda: len([pod for pod in pods_of(core, namespace, "web") if is_ready(pod)]) == 3)
     assert apps.list_namespaced_replica_set(namespace).items, "the deployment controller made a ReplicaSet"
 
     apps.delete_namespaced_deployment("web", namespace)
 
-    eventually(lambda: not apps.list_namespaced_replica_set(namespace).items, "ReplicaSets to be collected")
-    eventually(lambda: not pods_of(core, namespace, "web"), "pods to be collected")
+    wait_for("ReplicaSets to be collected", lambda: not apps.list_namespaced_replica_set(namespace).items)
+    wait_for("pods to be collected", lambda: not pods_of(core, namespace, "web"))
 
 
 def test_the_api_server_rejects_an_invalid_object(k8s_api: kubernetes.client.ApiClient, namespace: str) -> None:
@@ -248,7 +210,7 @@ def test_service_account_tokens_are_subject_to_rbac(
                 return False
             return True
 
-        eventually(can_list, "the RoleBinding to take effect", timeout=30)
+        wait_for("the RoleBinding to take effect", can_list, timeout=30)
 
 
 def test_kubectl_and_helm_are_the_pinned_versions(dev_cluster: cluster.ClusterInfo) -> None:
@@ -285,7 +247,7 @@ def test_prometheus_scrapes_targets_dropped_into_file_sd(dev_cluster: cluster.Cl
             result = _prometheus_get(base, "/api/v1/query", query='up{job="file-sd-probe"} == 1')
             return result["data"]["result"] if result["status"] == "success" else None
 
-        [sample] = eventually(probe_up, "Prometheus to scrape the file_sd target", timeout=60)
+        [sample] = wait_for("Prometheus to scrape the file_sd target", probe_up, timeout=60)
         assert sample["metric"]["instance"] == target
     finally:
         target_file.unlink()

@@ -172,28 +172,34 @@ async def _run_until(task_done: asyncio.Event, run: asyncio.Task[None]) -> None:
         await asyncio.gather(run, return_exceptions=True)
 
 
+class Workers:
+    """Records start/stop calls of the leadership loop and lets a test wait for each."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.started, self.stopped = asyncio.Event(), asyncio.Event()
+
+    def start(self) -> None:
+        self.calls.append("start")
+        self.started.set()
+
+    async def stop(self) -> None:
+        self.calls.append("stop")
+        self.stopped.set()
+
+
 def test_run_starts_workers_on_winning_and_stops_them_when_renewals_fail() -> None:
     async def scenario() -> list[str]:
         api, clock = FakeLeaseApi(), Clock()
-        calls: list[str] = []
-        started, stopped = asyncio.Event(), asyncio.Event()
-
-        def start() -> None:
-            calls.append("start")
-            started.set()
-
-        async def stop() -> None:
-            calls.append("stop")
-            stopped.set()
-
-        run = asyncio.create_task(leadership(api, "a", clock).run(start, stop))
-        await asyncio.wait_for(started.wait(), timeout=5)
+        workers = Workers()
+        run = asyncio.create_task(leadership(api, "a", clock).run(workers.start, workers.stop))
+        await asyncio.wait_for(workers.started.wait(), timeout=5)
         api.down = True
         await asyncio.sleep(0.05)
-        assert not stopped.is_set(), "an API hiccup shorter than the renew deadline keeps the workers"
+        assert not workers.stopped.is_set(), "an API hiccup shorter than the renew deadline keeps the workers"
         clock.now += 10
-        await _run_until(stopped, run)
-        return calls
+        await _run_until(workers.stopped, run)
+        return workers.calls
 
     assert asyncio.run(scenario()) == ["start", "stop"]
 
@@ -201,22 +207,12 @@ def test_run_starts_workers_on_winning_and_stops_them_when_renewals_fail() -> No
 def test_run_stops_at_once_when_another_replica_holds_the_lease() -> None:
     async def scenario() -> list[str]:
         api, clock = FakeLeaseApi(), Clock()
-        calls: list[str] = []
-        started, stopped = asyncio.Event(), asyncio.Event()
-
-        def start() -> None:
-            calls.append("start")
-            started.set()
-
-        async def stop() -> None:
-            calls.append("stop")
-            stopped.set()
-
-        run = asyncio.create_task(leadership(api, "a", clock).run(start, stop))
-        await asyncio.wait_for(started.wait(), timeout=5)
+        workers = Workers()
+        run = asyncio.create_task(leadership(api, "a", clock).run(workers.start, workers.stop))
+        await asyncio.wait_for(workers.started.wait(), timeout=5)
         api.hold("b")  # e.g. this replica was frozen past its lease and b took over
-        await _run_until(stopped, run)
-        return calls
+        await _run_until(workers.stopped, run)
+        return workers.calls
 
     assert asyncio.run(scenario()) == ["start", "stop"]
 
