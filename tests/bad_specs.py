@@ -243,8 +243,8 @@ BAD_SPECS: list[BadSpec] = [
     ),
     BadSpec(
         "acceptance-above-one",
-        spec(rollout={"guardrails": {"minAcceptanceRate": 1.2}}),
-        "spec.rollout.guardrails.minAcceptanceRate",
+        spec(rollout={"guardrails": {"minAcceptanceAlpha": 1.2}}),
+        "spec.rollout.guardrails.minAcceptanceAlpha",
         "less than or equal to 1",
         "less than or equal to 1",
     ),

@@ -38,12 +38,17 @@ def prometheus_rules_yaml() -> str:
     return header + yaml.safe_dump(prometheus_rules(), sort_keys=False, width=10_000)
 
 
-def _by_track(metric: str) -> str:
-    return f"sum by ({_SDEP}, {_TRACK}) (rate({metric}{{{_FLEET}}}{_WINDOW}))"
+def _by_track(metric: str, raw: bool = False) -> str:
+    """Rate per fleet and track; `raw` when `metric` already carries its selector."""
+    selector = metric if raw else f"{metric}{{{_FLEET}}}"
+    return f"sum by ({_SDEP}, {_TRACK}) (rate({selector}{_WINDOW}))"
 
 
+_FIRST_POSITION = f'{names.ACCEPTED_PER_POSITION}{{position="0", {_FLEET}}}'
+ACCEPTANCE_ALPHA = f"{_by_track(_FIRST_POSITION, raw=True)} / ({_by_track(names.NUM_DRAFTS)} > 0)"
+"""Per-token acceptance alpha per fleet and track (first draft token accepted / drafts): what the judge uses."""
 ACCEPTANCE_RATE = f"{_by_track(names.ACCEPTED_TOKENS)} / ({_by_track(names.DRAFT_TOKENS)} > 0)"
-"""Accepted / drafted tokens per fleet and track: what the analysis and the alert judge."""
+"""Accepted / drafted tokens per fleet and track, vLLM's dashboard ratio: it falls as k grows."""
 
 ACCEPTANCE_PER_POSITION = (
     f"sum by ({_SDEP}, {_TRACK}, position) (rate({names.ACCEPTED_PER_POSITION}{{{_FLEET}}}{_WINDOW}))"
@@ -51,10 +56,15 @@ ACCEPTANCE_PER_POSITION = (
 )
 """Share of drafts whose token at each position was accepted: where a deeper k stops paying."""
 
-ITL_P95 = (
-    f"histogram_quantile(0.95, sum by ({_SDEP}, {_TRACK}, le) "
-    f"(rate({names.INTER_TOKEN_LATENCY}_bucket{{{_FLEET}}}{_WINDOW})))"
-)
+
+def _p95(histogram: str) -> str:
+    return f"histogram_quantile(0.95, sum by ({_SDEP}, {_TRACK}, le) (rate({histogram}_bucket{{{_FLEET}}}{_WINDOW})))"
+
+
+TOKEN_LATENCY_P95 = _p95(names.TIME_PER_OUTPUT_TOKEN)
+"""p95 over requests of the time per output token: what users feel, and what the judge compares."""
+STEP_LATENCY_P95 = _p95(names.INTER_TOKEN_LATENCY)
+"""p95 engine-step latency (vLLM's inter-token latency): higher under speculation, since a step emits several tokens."""
 ROLLOUT_PHASE = f"max by ({_SDEP}, phase) ({operator_metrics.ROLLOUT_PHASE}{{{_FLEET}}}) == 1"
 """One series per fleet, named by its current phase (every replica exports it: `max` deduplicates)."""
 CANARY_WEIGHT = f"max by ({_SDEP}) ({operator_metrics.CANARY_WEIGHT}{{{_FLEET}}})"
@@ -128,11 +138,11 @@ def dashboard() -> dict[str, Any]:
         _panel("Rollout events", "timeseries", ROLLOUT_EVENTS, "{{reason}}", (16, 1, 8, 6), unit="short", min=0),
         _row("Speculative decoding: stable vs canary", 7),
         _panel(
-            "Acceptance rate",
+            "Acceptance alpha (per token, independent of k)",
             "timeseries",
-            ACCEPTANCE_RATE,
+            ACCEPTANCE_ALPHA,
             track,
-            (0, 8, 8, 8),
+            (0, 8, 6, 8),
             unit="percentunit",
             min=0,
             max=1,
@@ -140,16 +150,35 @@ def dashboard() -> dict[str, Any]:
             custom={"thresholdsStyle": {"mode": "line"}},
         ),
         _panel(
-            "Acceptance per position",
+            "Accepted / drafted tokens (falls as k grows)",
             "timeseries",
-            ACCEPTANCE_PER_POSITION,
-            f"{track} position {{{{position}}}}",
-            (8, 8, 8, 8),
+            ACCEPTANCE_RATE,
+            track,
+            (6, 8, 6, 8),
             unit="percentunit",
             min=0,
             max=1,
         ),
-        _panel("p95 inter-token latency", "timeseries", ITL_P95, track, (16, 8, 8, 8), unit="s", min=0),
+        _panel(
+            "Acceptance per position",
+            "timeseries",
+            ACCEPTANCE_PER_POSITION,
+            f"{track} position {{{{position}}}}",
+            (12, 8, 6, 8),
+            unit="percentunit",
+            min=0,
+            max=1,
+        ),
+        _panel("p95 latency per output token", "timeseries", TOKEN_LATENCY_P95, track, (18, 8, 6, 4), unit="s", min=0),
+        _panel(
+            "p95 latency per engine step (inter-token latency)",
+            "timeseries",
+            STEP_LATENCY_P95,
+            track,
+            (18, 12, 6, 4),
+            unit="s",
+            min=0,
+        ),
         _row("Operator", 16),
         _panel("Analyses by verdict", "timeseries", ANALYSES, "{{verdict}}", (0, 17, 8, 6), unit="short", min=0),
         _panel("p95 analysis latency", "timeseries", ANALYSIS_P95, "p95", (8, 17, 8, 6), unit="s", min=0),

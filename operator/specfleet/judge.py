@@ -1,73 +1,316 @@
-"""Guardrails + what was measured -> a verdict. Pure, and total: every input gives one of four answers.
+"""Guardrails + the evidence of both tracks -> a verdict. Pure, and total: every input gives one of four answers.
 
-- Pass: enough samples, every guardrail holds.
-- Fail: a guardrail is broken by a measurement that had enough samples behind it (the reasons carry the
-  numbers). Evidence of harm wins over missing evidence elsewhere.
-- Inconclusive: too few samples, or empty / NaN answers; never read as a pass (Flagger #1095).
+- Fail: a guardrail's confidence bound is past its limit (the reason carries the estimate and the bound).
+  Evidence of harm wins over missing evidence elsewhere.
+- Inconclusive: too few samples to bound a measure, buckets too coarse to resolve it, per-pod loads too
+  different to compare, or no data; never read as a pass (Flagger #1095).
+- Pass: every guardrail was measured and its estimate is within the limit. An estimate past the limit
+  whose bound is not (yet) is inconclusive: more evidence will tell.
 - Error: Prometheus could not be asked (decided by the caller, which has the exception).
+
+What is judged, and why (facts from vLLM's source, see docs/judge.md):
+- latency: the p95 over requests of the per-token latency (`request_time_per_output_token`), canary vs
+  stable on the histogram bounds both tracks share. vLLM's inter-token latency is a per-*step* time (a
+  speculative step emits several tokens), so it is only an optional absolute stutter ceiling;
+- acceptance: alpha = drafts whose first token was accepted / drafts, which does not depend on k (the
+  accepted/drafted ratio is E[accepted] / k and falls as k grows);
+- errors: the canary's error rate against stable's; client aborts are not errors.
+
+Each analysis is one look of a sequential test: look n spends (1 - confidence) / (n (n + 1)) of the
+false-failure budget, split over the guardrails (`specfleet.stats`).
 """
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from specfleet.api.spec import Guardrails
 from specfleet.api.status import Measurements, Verdict
+from specfleet.metrics import names
+from specfleet.stats import (
+    Binned,
+    common_bounds,
+    log_quantile_se,
+    look_error,
+    quantile_bounds,
+    requests_to_bound,
+    wilson_bounds,
+    z_score,
+)
+
+LATENCY_QUANTILE = 0.95
+ACCEPTANCE_ICC = 0.1
+"""Assumed correlation of acceptance between drafts of one request (they share its prompt): the drafts
+count as drafts / (1 + (drafts per request - 1) x ICC) independent trials (Kish's design effect). 0.1
+means requests' own alphas spread with a standard deviation up to about 0.13 around alpha 0.8."""
+LOAD_TOLERANCE = 0.25
+"""Per-pod request rates of the two tracks within this factor (1.25x) count as comparable load."""
+RESOLUTION = 0.1
+"""A p95 inside a bucket wider than this (or than the regression limit, if larger) cannot be resolved."""
+
+
+@dataclass(frozen=True)
+class TrackEvidence:
+    """What Prometheus holds about one track over the evidence range: increases of counters and buckets."""
+
+    token_latency: Binned | None = None
+    """`vllm:request_time_per_output_token_seconds`, one observation per finished request."""
+    step_latency: Binned | None = None
+    """`vllm:inter_token_latency_seconds`, one observation per request per engine step."""
+    ttft: Binned | None = None
+    finished: Mapping[str, float] = field(default_factory=dict)
+    """Finished requests by `finished_reason`."""
+    drafts: float | None = None
+    draft_tokens: float | None = None
+    accepted_tokens: float | None = None
+    accepted_per_position: tuple[float, ...] = ()
+    generation_tokens: float | None = None
+    request_rate_per_pod: tuple[float, ...] = ()
+    seconds: float = 0.0
+
+    @property
+    def requests(self) -> float:
+        """Finished requests, client aborts excluded (vLLM does not count them; older versions did)."""
+        return sum(v for reason, v in self.finished.items() if reason != names.ABORT_FINISH_REASON)
+
+    @property
+    def errors(self) -> float:
+        return self.finished.get(names.ERROR_FINISH_REASON, 0.0)
+
+    @property
+    def per_pod_load(self) -> float | None:
+        rates = self.request_rate_per_pod
+        return sum(rates) / len(rates) if rates else None
 
 
 @dataclass(frozen=True)
 class Judgement:
     verdict: Verdict
-    reasons: tuple[str, ...] = ()
+    reasons: tuple[str, ...]
+    canary: Measurements
+    stable: Measurements
 
 
-def _known(value: float | None) -> float | None:
-    return None if value is None or math.isnan(value) or math.isinf(value) else value
+@dataclass(frozen=True)
+class _Check:
+    verdict: Verdict
+    message: str
 
 
-def judge(guardrails: Guardrails, canary: Measurements, stable: Measurements, *, speculative: bool) -> Judgement:
-    """Judge the canary against the guardrails and against the stable track in the same window."""
-    failures: list[str] = []
-    missing: list[str] = []
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or not denominator or denominator <= 0:
+        return None
+    return numerator / denominator
 
-    requests = _known(canary.requests) or 0.0
-    enough_requests = requests >= guardrails.min_requests
-    if not enough_requests:
-        missing.append(f"{requests:.0f} canary requests finished in the window (need {guardrails.min_requests})")
 
+def _quantile(data: Binned | None, q: float) -> float | None:
+    if data is None or data.total <= 0:
+        return None
+    value = data.value_at(q)
+    return value if math.isfinite(value) else None
+
+
+def _rounded(value: float | None, digits: int = 6) -> float | None:
+    return None if value is None or not math.isfinite(value) else round(value, digits)
+
+
+def measurements(evidence: TrackEvidence) -> Measurements:
+    """Point estimates for status and dashboards (the bounds are in the verdict's reasons)."""
+    e = evidence
+    positions = e.accepted_per_position
+    return Measurements(
+        acceptance_alpha=_rounded(_ratio(positions[0], e.drafts) if positions else None, 4),
+        acceptance_rate=_rounded(_ratio(e.accepted_tokens, e.draft_tokens), 4),
+        mean_accepted_length=_rounded(
+            1 + accepted if (accepted := _ratio(e.accepted_tokens, e.drafts)) is not None else None, 4
+        ),
+        acceptance_per_position=[round(v, 4) for p in positions if (v := _ratio(p, e.drafts)) is not None],
+        token_latency_p50_seconds=_rounded(_quantile(e.token_latency, 0.5)),
+        token_latency_p95_seconds=_rounded(_quantile(e.token_latency, LATENCY_QUANTILE)),
+        step_latency_p95_seconds=_rounded(_quantile(e.step_latency, LATENCY_QUANTILE)),
+        ttft_p95_seconds=_rounded(_quantile(e.ttft, LATENCY_QUANTILE)),
+        error_rate=_rounded(_ratio(e.errors, e.requests)),
+        generation_tokens_per_second=_rounded(_ratio(e.generation_tokens, e.seconds), 3),
+        requests_per_pod_per_second=_rounded(e.per_pod_load, 4),
+        draft_tokens=_rounded(e.draft_tokens, 1),
+        requests=_rounded(e.requests, 1),
+    )
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.2f} ms" if seconds < 0.01 else f"{seconds * 1000:.1f} ms"
+
+
+def _pct(value: float) -> str:
+    return "+inf%" if math.isinf(value) else f"{value:+.0%}"
+
+
+@dataclass(frozen=True)
+class _Context:
+    guardrails: Guardrails
+    canary: TrackEvidence
+    stable: TrackEvidence
+    error: float
+    """False-failure probability each guardrail may spend at this look."""
+    confidence: str
+    """How the bounds are named in reasons, e.g. `99%` (over all looks)."""
+
+    @property
+    def z(self) -> float:
+        return z_score(self.error)
+
+    def load_ratio(self) -> float | None:
+        canary, stable = self.canary.per_pod_load, self.stable.per_pod_load
+        return canary / stable if canary is not None and stable else None
+
+
+def _acceptance(ctx: _Context) -> _Check:
+    g, c = ctx.guardrails, ctx.canary
+    drafted = c.draft_tokens or 0.0
+    if drafted < g.min_draft_tokens:
+        return _Check(Verdict.INCONCLUSIVE, f"{drafted:.0f} draft tokens (need {g.min_draft_tokens})")
+    if not c.accepted_per_position or not c.drafts:
+        return _Check(Verdict.INCONCLUSIVE, "no per-position acceptance counters for the canary")
+    alpha = c.accepted_per_position[0] / c.drafts
+    drafts_per_request = c.drafts / max(c.requests, 1.0)
+    trials = c.drafts / (1 + max(0.0, drafts_per_request - 1) * ACCEPTANCE_ICC)
+    lower, upper = wilson_bounds(alpha * trials, trials, ctx.z)
+    text = f"acceptance alpha {alpha:.2f} ({ctx.confidence} bounds {lower:.2f}-{upper:.2f})"
+    if upper < g.min_acceptance_alpha:
+        return _Check(Verdict.FAIL, f"{text}: upper bound < {g.min_acceptance_alpha:.2f}")
+    if alpha < g.min_acceptance_alpha:
+        return _Check(Verdict.INCONCLUSIVE, f"{text}: below the floor {g.min_acceptance_alpha:.2f}, not yet surely")
+    return _Check(Verdict.PASS, f"{text}, floor {g.min_acceptance_alpha:.2f}")
+
+
+def _latency_samples(ctx: _Context, canary: Binned, stable: Binned, z: float) -> _Check | None:
+    need = max(ctx.guardrails.min_requests, requests_to_bound(LATENCY_QUANTILE, z))
+    if canary.total < need or stable.total < need:
+        return _Check(
+            Verdict.INCONCLUSIVE,
+            f"{canary.total:.0f} canary and {stable.total:.0f} stable requests finished "
+            f"(need {need} each to bound a p95 at this look)",
+        )
+    return None
+
+
+def _coarse_bucket(data: Binned, value: float, limit: float) -> str | None:
+    lower, upper = data.bucket_of(value)
+    if lower > 0 and upper / lower - 1 <= max(limit, RESOLUTION):
+        return None
+    shown = "+Inf" if math.isinf(upper) else _ms(upper)
+    return f"({_ms(lower)}, {shown}]"
+
+
+def _token_latency(ctx: _Context) -> _Check:
+    g = ctx.guardrails
+    c_data, s_data = ctx.canary.token_latency, ctx.stable.token_latency
+    if c_data is None or s_data is None:
+        which = "canary" if c_data is None else "stable"
+        return _Check(Verdict.INCONCLUSIVE, f"no per-token latency histogram for the {which} track")
+    shared = common_bounds(c_data, s_data)
+    if not shared:
+        return _Check(Verdict.INCONCLUSIVE, "the tracks' per-token latency histograms share no bucket bound")
+    canary, stable = c_data.on(shared), s_data.on(shared)
+    if (short := _latency_samples(ctx, canary, stable, ctx.z)) is not None:
+        return short
+    c_p95, s_p95 = canary.value_at(LATENCY_QUANTILE), stable.value_at(LATENCY_QUANTILE)
+    limit = g.max_token_latency_p95_regression
+    for name, data, value in (("canary", canary, c_p95), ("stable", stable, s_p95)):
+        if (bucket := _coarse_bucket(data, value, limit)) is not None:
+            return _Check(
+                Verdict.INCONCLUSIVE,
+                f"{name} per-token p95 lies in bucket {bucket}, too coarse to judge a {limit:.0%} limit: give both "
+                "tracks finer buckets (--custom-histogram-buckets, vLLM >= 0.32)",
+            )
+    log_ratio = math.log(c_p95 / s_p95)
+    error = math.hypot(log_quantile_se(canary, LATENCY_QUANTILE), log_quantile_se(stable, LATENCY_QUANTILE))
+    change = math.exp(log_ratio) - 1
+    lowest, highest = math.expm1(log_ratio - ctx.z * error), math.expm1(log_ratio + ctx.z * error)
+    layout = "" if len(shared) == len(c_data.bounds) == len(s_data.bounds) else f" (on the {len(shared)} shared bounds)"
+    text = (
+        f"per-token p95 {_ms(c_p95)} vs stable {_ms(s_p95)}: {_pct(change)}, "
+        f"{ctx.confidence} bounds {_pct(lowest)} to {_pct(highest)}{layout}"
+    )
+    load = ctx.load_ratio()
+    if lowest > limit:
+        if load is not None and load > 1 + LOAD_TOLERANCE:
+            return _Check(Verdict.INCONCLUSIVE, f"{text}, but canary pods carried {load:.2f}x stable's per-pod load")
+        return _Check(Verdict.FAIL, f"{text}: lower bound > limit {limit:.0%}")
+    if change > limit:
+        return _Check(Verdict.INCONCLUSIVE, f"{text}: above the limit {limit:.0%}, not yet surely")
+    if load is not None and load < 1 / (1 + LOAD_TOLERANCE):
+        return _Check(Verdict.INCONCLUSIVE, f"{text}, but canary pods carried only {load:.2f}x stable's per-pod load")
+    return _Check(Verdict.PASS, f"{text}, limit {limit:.0%}")
+
+
+def _step_latency(ctx: _Context, ceiling: float) -> _Check:
+    """Per-step latency observations of one step share its duration: count requests as the samples."""
+    data = ctx.canary.step_latency
+    if data is None or data.total <= 0:
+        return _Check(Verdict.INCONCLUSIVE, "no step latency histogram for the canary")
+    q = quantile_bounds(data, LATENCY_QUANTILE, ctx.z, samples=ctx.canary.requests)
+    text = f"per-step p95 {_ms(q.estimate)} (lower {ctx.confidence} bound {_ms(q.lower)})"
+    if q.lower > ceiling:
+        return _Check(Verdict.FAIL, f"{text} > ceiling {_ms(ceiling)}")
+    return _Check(Verdict.PASS, f"{text}, ceiling {_ms(ceiling)}")
+
+
+def _errors(ctx: _Context) -> list[_Check]:
+    g, c, s = ctx.guardrails, ctx.canary, ctx.stable
+    checks = []
+    rate = c.errors / c.requests
+    if g.max_error_rate is not None:
+        lower, _ = wilson_bounds(c.errors, c.requests, ctx.z)
+        text = f"error rate {rate:.2%} (lower {ctx.confidence} bound {lower:.2%})"
+        failed = lower > g.max_error_rate
+        checks.append(
+            _Check(
+                Verdict.FAIL if failed else Verdict.PASS,
+                f"{text} {'>' if failed else 'within'} ceiling {g.max_error_rate:.2%}",
+            )
+        )
+    if s.requests < g.min_requests:
+        checks.append(_Check(Verdict.INCONCLUSIVE, f"{s.requests:.0f} stable requests (need {g.min_requests})"))
+        return checks
+    c_rate, s_rate = c.errors / c.requests, s.errors / s.requests
+    c_lower, _ = wilson_bounds(c.errors, c.requests, ctx.z)
+    _, s_upper = wilson_bounds(s.errors, s.requests, ctx.z)
+    lowest = c_rate - s_rate - math.hypot(c_rate - c_lower, s_upper - s_rate)  # Newcombe's hybrid score bound
+    limit = g.max_error_rate_increase
+    text = f"error rate {c_rate:.2%} vs stable {s_rate:.2%}, lower {ctx.confidence} bound of the increase"
+    if lowest > limit:
+        checks.append(_Check(Verdict.FAIL, f"{text} {lowest:+.2%} > limit {limit:.2%}"))
+    else:
+        checks.append(_Check(Verdict.PASS, f"{text} {lowest:+.2%}, limit {limit:.2%}"))
+    return checks
+
+
+def judge(
+    guardrails: Guardrails,
+    canary: TrackEvidence,
+    stable: TrackEvidence,
+    *,
+    speculative: bool,
+    confidence: float,
+    look: int,
+) -> Judgement:
+    """Judge the canary's evidence against the guardrails and against stable's evidence over the same range."""
+    g = guardrails
+    tests = 2 + int(speculative) + int(g.max_error_rate is not None) + int(g.max_step_latency_p95_seconds is not None)
+    ctx = _Context(g, canary, stable, look_error(1 - confidence, max(1, look)) / tests, f"{confidence * 100:g}%")
+    checks: list[_Check] = []
     if speculative:
-        drafted = _known(canary.draft_tokens) or 0.0
-        acceptance = _known(canary.acceptance_rate)
-        if drafted < guardrails.min_draft_tokens:
-            missing.append(f"{drafted:.0f} draft tokens in the window (need {guardrails.min_draft_tokens})")
-        elif acceptance is None:
-            missing.append("no acceptance rate")
-        elif acceptance < guardrails.min_acceptance_rate:
-            failures.append(f"acceptance rate {acceptance:.3f} < {guardrails.min_acceptance_rate:.2f}")
-
-    if enough_requests:
-        itl = _known(canary.itl_p95_seconds)
-        errors = _known(canary.error_rate)
-        if errors is None:
-            missing.append("no canary error rate")
-        elif errors > guardrails.max_error_rate:
-            failures.append(f"error rate {errors:.2%} > {guardrails.max_error_rate:.2%}")
-        if itl is None:
-            missing.append("no canary p95 inter-token latency")
-        else:
-            if guardrails.max_itl_p95_seconds is not None and itl > guardrails.max_itl_p95_seconds:
-                failures.append(f"p95 ITL {itl * 1000:.1f} ms > {guardrails.max_itl_p95_seconds * 1000:.1f} ms")
-            baseline = _known(stable.itl_p95_seconds)
-            stable_requests = _known(stable.requests) or 0.0
-            if baseline is None or baseline <= 0 or stable_requests < guardrails.min_requests:
-                missing.append("no stable p95 inter-token latency to compare with")
-            elif itl > baseline * (1 + guardrails.max_itl_p95_regression):
-                failures.append(
-                    f"p95 ITL {itl * 1000:.1f} ms is {itl / baseline - 1:.0%} above stable {baseline * 1000:.1f} ms "
-                    f"(limit {guardrails.max_itl_p95_regression:.0%})"
-                )
-
-    if failures:
-        return Judgement(Verdict.FAIL, tuple(failures))
-    if missing:
-        return Judgement(Verdict.INCONCLUSIVE, tuple(missing))
-    return Judgement(Verdict.PASS)
+        checks.append(_acceptance(ctx))
+    if canary.requests < g.min_requests:
+        checks.append(_Check(Verdict.INCONCLUSIVE, f"{canary.requests:.0f} canary requests (need {g.min_requests})"))
+    else:
+        checks.append(_token_latency(ctx))
+        if g.max_step_latency_p95_seconds is not None:
+            checks.append(_step_latency(ctx, g.max_step_latency_p95_seconds))
+        checks.extend(_errors(ctx))
+    verdict = next(
+        (v for v in (Verdict.FAIL, Verdict.INCONCLUSIVE) if any(c.verdict is v for c in checks)), Verdict.PASS
+    )
+    shown = checks if verdict is Verdict.PASS else [c for c in checks if c.verdict is verdict]
+    return Judgement(verdict, tuple(c.message for c in shown), measurements(canary), measurements(stable))

@@ -205,8 +205,9 @@ class _Draft:
             time=self.obs.now,
             reason=reason[:1024],
             summary=self.spec.summary()[:1024] if of_current_spec else "",
+            acceptance_alpha=measured.acceptance_alpha if measured else None,
             acceptance_rate=measured.acceptance_rate if measured else None,
-            itl_p95_seconds=measured.itl_p95_seconds if measured else None,
+            token_latency_p95_seconds=measured.token_latency_p95_seconds if measured else None,
             serving=self.spec.serving() if of_current_spec else None,
         )
         limit = self.spec.rollout.history_limit
@@ -342,6 +343,8 @@ def _start_canary(draft: _Draft, desired: str) -> None:
         step_ready_at=None,
         canary_started_at=draft.obs.now,
         failed_analyses=0,
+        analyses=0,
+        evidence_since=None,
         unjudged_since=None,
         last_analysis=None,
     )
@@ -368,7 +371,7 @@ def _progress_canary(draft: _Draft) -> None:
 
     draft.canary_traffic = True
     if status.step_ready_at is None:
-        draft.update(step_ready_at=obs.now)
+        draft.update(step_ready_at=obs.now, evidence_since=obs.now)
     if _judge(draft):
         return
     promote = draft.command(Command.PROMOTE)
@@ -383,7 +386,13 @@ def _progress_canary(draft: _Draft) -> None:
         _promote(draft, "promoted by the user" if promote is not None else "all steps passed")
         return
     next_step = step_index + 1
-    draft.update(current_step=next_step, step_started_at=obs.now, step_ready_at=None, phase=Phase.PROGRESSING)
+    draft.update(
+        current_step=next_step,
+        step_started_at=obs.now,
+        step_ready_at=None,
+        evidence_since=None,
+        phase=Phase.PROGRESSING,
+    )
     label = f"step {next_step + 1}/{len(spec.rollout.steps)} ({spec.rollout.steps[next_step].weight}%)"
     draft.event("StepAdvanced", f"canary {revision} to {label}")
     draft.condition(ConditionType.PROGRESSING, True, "CanaryStep", label)
@@ -397,7 +406,7 @@ def _wait_for_canary(draft: _Draft, wanted: int) -> None:
     """
     spec, obs, status = draft.spec, draft.obs, draft.status
     if status.step_ready_at is not None:
-        draft.update(step_ready_at=None, step_started_at=obs.now)
+        draft.update(step_ready_at=None, evidence_since=None, step_started_at=obs.now)
     started = draft.status.step_started_at or obs.now
     deadline = started + parse_duration(spec.rollout.progress_deadline)
     if obs.now >= deadline:
@@ -463,18 +472,24 @@ def _judge(draft: _Draft) -> bool:
     analysis = obs.analysis
     if analysis is None or analysis.revision != draft.status.canary_revision:
         last = draft.status.last_analysis
-        due = obs.now if last is None or last.revision != draft.status.canary_revision else last.time + interval
+        if last is not None and last.revision == draft.status.canary_revision:
+            due = last.time + interval
+        else:  # the first look waits for one interval of evidence
+            due = (draft.status.evidence_since or obs.now) + interval
         draft.analysis_due = obs.now >= due
         draft.wake.append(max(due, obs.now))
         return False
     draft.update(last_analysis=analysis)
+    if analysis.verdict is not Verdict.ERROR:
+        draft.update(analyses=draft.status.analyses + 1)
     draft.wake.append(obs.now + interval)
     if analysis.verdict is Verdict.PASS:
         draft.update(unjudged_since=None)
         return False
     if analysis.verdict is Verdict.FAIL:
         failures = draft.status.failed_analyses + 1
-        draft.update(failed_analyses=failures, unjudged_since=None)
+        # the next failure must stand on evidence gathered after this one, so failures are independent
+        draft.update(failed_analyses=failures, unjudged_since=None, evidence_since=obs.now)
         reasons = "; ".join(analysis.reasons)
         draft.event("AnalysisFailed", f"canary {analysis.revision}: {reasons}", warning=True)
         if failures > spec.rollout.analysis.failure_limit:
@@ -546,6 +561,7 @@ def _promote(draft: _Draft, reason: str) -> None:
         current_step=None,
         step_started_at=None,
         step_ready_at=None,
+        evidence_since=None,
         phase=Phase.PROGRESSING,
     )
     draft.canary_traffic = True
@@ -560,6 +576,8 @@ def _clear_canary(draft: _Draft) -> None:
         step_ready_at=None,
         canary_started_at=None,
         failed_analyses=0,
+        analyses=0,
+        evidence_since=None,
         unjudged_since=None,
     )
 

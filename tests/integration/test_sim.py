@@ -31,12 +31,12 @@ T = TypeVar("T")
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama-8b-eagle3-mi325x.yaml"
 TOLERANCE = 0.03
 SCENARIO = """
-defaults: {acceptance_rate: 0.5, load: 8}
+defaults: {acceptance: 0.6, load: 8}
 pairs:
-  - {target: "meta-llama/Llama-3.1-8B*", drafter: "yuhuili/EAGLE3-*", track: canary, acceptance_rate: 0.75}
+  - {target: "meta-llama/Llama-3.1-8B*", drafter: "yuhuili/EAGLE3-*", track: canary, acceptance: 0.8}
 """
 BAD_CANARY = """
-defaults: {acceptance_rate: 0.5, load: 8}
+defaults: {acceptance: 0.6, load: 8}
 pairs:
   - {target: "llama-3.1-8b", drafter: eagle3, track: canary, acceptance: 0.3}
 """
@@ -110,8 +110,22 @@ def acceptance(prometheus: Prometheus, namespace: str, track: str) -> float | No
     )
 
 
+def position_zero(prometheus: Prometheus, namespace: str, track: str) -> float | None:
+    """The measured per-token acceptance of draft position 0: what the scenario's alpha states."""
+    labels = selector(namespace, track)[:-1] + ',position="0"}'
+    return prometheus.scalar(
+        f"sum(rate({names.ACCEPTED_PER_POSITION}{labels}[30s]))"
+        f" / sum(rate({names.NUM_DRAFTS}{selector(namespace, track)}[30s]))"
+    )
+
+
 def near(value: float | None, expected: float) -> bool:
     return value is not None and abs(value - expected) <= TOLERANCE
+
+
+def predicted(sim: Sim, track: str) -> float:
+    """accepted / drafted the simulator's model predicts for the track's pods."""
+    return next(pod for pod in sim.get("/pods") if pod["track"] == track)["expected_acceptance_rate"]
 
 
 @pytest.fixture
@@ -159,14 +173,18 @@ def test_prometheus_measures_the_scenario_and_follows_a_change(
         assert labels[names.SDEP] == "llama-8b-eagle3" and labels[names.REVISION]
         assert labels[names.POD].startswith(f"llama-8b-eagle3-{labels[names.TRACK]}-")
 
+    canary, stable = predicted(sim, "canary"), predicted(sim, "stable")
+    assert stable < canary < 0.8  # at k = 4 accepted/drafted is well below alpha
     wait_for(
-        "acceptance 0.75 on the canary and 0.5 on stable",
+        f"acceptance {canary:.3f} on the canary and {stable:.3f} on stable",
         lambda: (
-            near(acceptance(prometheus, namespace, "canary"), 0.75)
-            and near(acceptance(prometheus, namespace, "stable"), 0.5)
+            near(acceptance(prometheus, namespace, "canary"), canary)
+            and near(acceptance(prometheus, namespace, "stable"), stable)
         ),
         timeout=90,
     )
+    # position 0 shows alpha, a little less for the draft weighting (requests that accept more draft less often)
+    assert near(position_zero(prometheus, namespace, "canary"), 0.8 - 0.02)
     labels = selector(namespace, "canary")
     p95 = prometheus.scalar(
         f"histogram_quantile(0.95, sum by (le) (rate({names.INTER_TOKEN_LATENCY}_bucket{labels}[30s])))"
@@ -174,14 +192,14 @@ def test_prometheus_measures_the_scenario_and_follows_a_change(
     assert p95 is not None and 0.001 < p95 < 0.1
 
     sim.put_scenario(BAD_CANARY)  # the canary's drafter turns bad now
-    expected = next(pod for pod in sim.get("/pods") if pod["track"] == "canary")["expected_acceptance_rate"]
-    assert expected == pytest.approx((0.3 + 0.09 + 0.027 + 0.0081) / 4)
+    expected = predicted(sim, "canary")
+    assert expected == pytest.approx((0.3 + 0.09 + 0.027 + 0.0081) / 4, abs=0.01)  # the closed form at alpha
     wait_for(
         f"the canary's measured acceptance to fall to {expected:.3f}",
         lambda: near(acceptance(prometheus, namespace, "canary"), expected),
         timeout=90,
     )
-    assert near(acceptance(prometheus, namespace, "stable"), 0.5)
+    assert near(acceptance(prometheus, namespace, "stable"), stable)
 
 
 def test_pods_that_go_away_lose_their_targets(

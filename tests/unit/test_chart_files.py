@@ -61,11 +61,20 @@ def _exprs(dashboard: dict) -> list[str]:
 def test_the_dashboard_shows_what_a_rollout_is_judged_on() -> None:
     dashboard = chartgen.dashboard()
     titles = {p["title"] for p in dashboard["panels"]}
-    assert {"Acceptance rate", "Acceptance per position", "p95 inter-token latency", "Phase", "Canary weight"} <= titles
+    assert {
+        "Acceptance alpha (per token, independent of k)",
+        "Accepted / drafted tokens (falls as k grows)",
+        "Acceptance per position",
+        "p95 latency per output token",
+        "p95 latency per engine step (inter-token latency)",
+        "Phase",
+        "Canary weight",
+    } <= titles
     exprs = "\n".join(_exprs(dashboard))
     for metric in (names.ACCEPTED_TOKENS, names.DRAFT_TOKENS, names.ACCEPTED_PER_POSITION, names.NUM_DRAFTS):
         assert metric in exprs
-    assert f"{names.INTER_TOKEN_LATENCY}_bucket" in exprs and f"by ({names.SDEP}, {names.TRACK}, le)" in exprs
+    assert f"{names.TIME_PER_OUTPUT_TOKEN}_bucket" in exprs and f"{names.INTER_TOKEN_LATENCY}_bucket" in exprs
+    assert f"by ({names.SDEP}, {names.TRACK}, le)" in exprs
     assert operator_metrics.ROLLOUT_PHASE in exprs and operator_metrics.CANARY_WEIGHT in exprs
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))

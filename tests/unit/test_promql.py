@@ -19,26 +19,37 @@ def test_label_values_are_escaped() -> None:
     assert "\n" not in hostile.matchers()
 
 
-def test_acceptance_rate_guards_the_denominator() -> None:
-    query = promql.acceptance_rate(SELECTOR, "5m")
-    assert query.startswith("sum(rate(vllm:spec_decode_num_accepted_tokens_total{")
-    assert query.endswith("[5m])) > 0)")
-    assert "vllm:spec_decode_num_accepted_tokens_per_pos_total" not in query
+def test_counters_and_buckets_are_read_as_increases_over_the_range() -> None:
+    assert promql.increase("vllm:spec_decode_num_drafts_total", SELECTOR, "60s").startswith(
+        "sum(increase(vllm:spec_decode_num_drafts_total{"
+    )
+    buckets = promql.histogram_buckets("vllm:request_time_per_output_token_seconds", SELECTOR, "60s")
+    assert buckets.startswith("sum by (le) (increase(vllm:request_time_per_output_token_seconds_bucket{")
+    assert buckets.endswith("[60s]))")
 
 
-def test_quantiles_use_histogram_buckets_by_le() -> None:
-    query = promql.itl_quantile(0.95, SELECTOR, "1m")
-    assert query.startswith("histogram_quantile(0.95, sum by (le) (rate(vllm:inter_token_latency_seconds_bucket{")
+def test_latency_judged_is_per_token_and_the_step_histogram_is_named_as_such() -> None:
+    assert promql.HISTOGRAMS["token_latency"] == "vllm:request_time_per_output_token_seconds"
+    assert promql.HISTOGRAMS["step_latency"] == "vllm:inter_token_latency_seconds"
 
 
-def test_error_rate_counts_error_and_abort() -> None:
-    assert 'finished_reason=~"error|abort"' in promql.error_rate(SELECTOR, "5m")
+def test_ranges_are_whole_seconds_and_never_empty() -> None:
+    assert promql.seconds(59.6) == "60s"
+    assert promql.seconds(0) == "1s"
+
+
+def test_finished_requests_are_split_by_reason_and_load_by_pod() -> None:
+    assert promql.finished_by_reason(SELECTOR, "5m").startswith("sum by (finished_reason) (increase(")
+    assert promql.request_rate_by_pod(SELECTOR, "5m").startswith("sum by (pod) (rate(vllm:request_success_total{")
 
 
 def test_alert_rules_are_well_formed() -> None:
     assert {r["alert"] for r in RULES} == {
+        "SpecfleetLowAcceptanceAlpha",
         "SpecfleetLowAcceptanceRate",
-        "SpecfleetCanaryInterTokenLatencyWorseThanStable",
+        "SpecfleetCanaryTokenLatencyWorseThanStable",
     }
-    low = next(r for r in RULES if r["alert"] == "SpecfleetLowAcceptanceRate")
-    assert low["for"] == "5m" and "< 0.6" in str(low["expr"])
+    alpha = next(r for r in RULES if r["alert"] == "SpecfleetLowAcceptanceAlpha")
+    assert alpha["for"] == "5m" and '{position="0"}' in str(alpha["expr"]) and "< 0.6" in str(alpha["expr"])
+    latency = next(r for r in RULES if r["alert"] == "SpecfleetCanaryTokenLatencyWorseThanStable")
+    assert "request_time_per_output_token" in str(latency["expr"])

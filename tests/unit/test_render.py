@@ -213,7 +213,7 @@ def test_owner_reference_only_when_the_object_exists() -> None:
 def test_revision_ignores_replicas_and_rollout_settings() -> None:
     base = revision(sdep().spec)
     assert revision(sdep({"spec": {"replicas": 7}}).spec) == base
-    assert revision(sdep({"spec": {"rollout": {"guardrails": {"minAcceptanceRate": 0.8}}}}).spec) == base
+    assert revision(sdep({"spec": {"rollout": {"guardrails": {"minAcceptanceAlpha": 0.8}}}}).spec) == base
 
 
 @pytest.mark.parametrize(

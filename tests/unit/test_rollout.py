@@ -312,11 +312,34 @@ def guarded_canary(**rollout: Any) -> Fleet:
 
 def test_guarded_step_needs_a_passing_analysis_not_only_the_pause() -> None:
     fleet = guarded_canary()
-    assert fleet.last is not None and fleet.last.analysis_due
+    assert fleet.last is not None and not fleet.last.analysis_due  # the first look waits for an interval of evidence
+    assert fleet.status.evidence_since == fleet.status.step_ready_at == fleet.now
     fleet.wait(120)
+    assert fleet.last.analysis_due
     assert fleet.status.phase is Phase.PROGRESSING and fleet.status.current_step == 0
     fleet.step(analysis(fleet, Verdict.PASS))
     assert fleet.status.stable_revision == revision(fleet.spec)
+
+
+def test_looks_are_counted_per_revision_and_errors_are_not_looks() -> None:
+    fleet = guarded_canary(steps=[{"weight": 25, "pause": {"duration": "1h"}}])
+    fleet.wait(60)
+    fleet.step(analysis(fleet, Verdict.INCONCLUSIVE))
+    fleet.wait(60)
+    fleet.step(analysis(fleet, Verdict.ERROR))
+    fleet.wait(60)
+    fleet.step(analysis(fleet, Verdict.PASS))
+    assert fleet.status.analyses == 2
+    fleet.change(speculative={"numSpeculativeTokens": 4})
+    fleet.step()
+    assert fleet.status.analyses == 0 and fleet.status.evidence_since is None
+
+
+def test_each_counted_failure_restarts_the_evidence() -> None:
+    fleet = guarded_canary(analysis={"failureLimit": 1})
+    fleet.wait(60)
+    fleet.step(analysis(fleet, Verdict.FAIL))
+    assert fleet.status.failed_analyses == 1 and fleet.status.evidence_since == fleet.now
 
 
 def test_failed_analyses_beyond_the_limit_roll_back_with_the_evidence() -> None:

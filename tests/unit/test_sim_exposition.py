@@ -9,7 +9,7 @@ from prometheus_client.samples import Sample
 from specfleet.hardware import MI355X
 from specfleet.metrics import names
 from specfleet.sim.engine import INTER_TOKEN_LATENCY_BUCKETS, Engine, configure
-from specfleet.sim.exposition import exposition
+from specfleet.sim.exposition import TIME_PER_OUTPUT_TOKEN, exposition
 from specfleet.sim.pods import parse_vllm_args
 from specfleet.sim.scenario import load_scenario, resolve
 
@@ -17,10 +17,10 @@ SPEC = json.dumps({"method": "mtp", "num_speculative_tokens": 3})
 SPEC_DECODE = (names.NUM_DRAFTS, names.DRAFT_TOKENS, names.ACCEPTED_TOKENS, names.ACCEPTED_PER_POSITION)
 
 
-def scrape(argv: list[str], seconds: float = 20.0) -> dict[str, tuple[str, list[Sample]]]:
+def scrape(argv: list[str], seconds: float = 20.0, scenario: str = "") -> dict[str, tuple[str, list[Sample]]]:
     """Family name -> (type, samples), as Prometheus would ingest them."""
     args = parse_vllm_args(argv)
-    config = configure(args, resolve(load_scenario(""), args.identity("stable")), MI355X)
+    config = configure(args, resolve(load_scenario(scenario), args.identity("stable")), MI355X)
     engine = Engine(config, args.histogram_buckets, random.Random(2), 0)
     engine.advance_to(seconds)
     speculative = args.speculative is not None
@@ -85,9 +85,35 @@ def test_histogram_buckets_are_vllms() -> None:
 
 
 def test_custom_buckets_reach_the_exposition() -> None:
+    """The inter_token_latency family re-buckets request_time_per_output_token too, as in vLLM."""
     argv = ["m", "--speculative-config", SPEC, "--custom-histogram-buckets", '{"inter_token_latency": [0.005, 0.01]}']
-    buckets = [s.labels["le"] for s in scrape(argv)[names.INTER_TOKEN_LATENCY][1] if s.name.endswith("_bucket")]
-    assert buckets == ["0.005", "0.01", "+Inf"]
+    scraped = scrape(argv)
+    for name in (names.INTER_TOKEN_LATENCY, TIME_PER_OUTPUT_TOKEN):
+        buckets = [s.labels["le"] for s in scraped[name][1] if s.name.endswith("_bucket")]
+        assert buckets == ["0.005", "0.01", "+Inf"], name
+
+
+def test_time_per_output_token_is_per_request_and_inter_token_latency_per_step() -> None:
+    scraped = scrape(["m", "--speculative-config", SPEC], seconds=30.0)
+
+    def count(name: str) -> float:
+        return next(s.value for s in scraped[name][1] if s.name.endswith("_count"))
+
+    finished = sum(s.value for s in family(scraped, names.REQUEST_SUCCESS)[1] if s.name.endswith("_total"))
+    drafts = family(scraped, names.NUM_DRAFTS)[1][0].value
+    assert scraped[TIME_PER_OUTPUT_TOKEN][0] == "histogram"
+    assert count(TIME_PER_OUTPUT_TOKEN) == finished > 0
+    assert count(names.INTER_TOKEN_LATENCY) == drafts > 10 * finished  # every step of every request drafted
+
+
+def test_client_aborts_leave_the_abort_series_at_zero() -> None:
+    scraped = scrape(["m", "--speculative-config", SPEC], seconds=30.0, scenario="defaults: {abort_rate: 0.5}")
+    finished = {
+        s.labels["finished_reason"]: s.value
+        for s in family(scraped, names.REQUEST_SUCCESS)[1]
+        if s.name.endswith("_total")
+    }
+    assert finished["abort"] == 0 and finished["stop"] > 0
 
 
 def test_no_spec_decode_series_without_a_speculative_config() -> None:

@@ -1,6 +1,7 @@
 """The simulator's pure model: sizes from names, acceptance per position, tokens per step, step-time roofline."""
 
 import random
+import statistics
 
 import pytest
 
@@ -64,14 +65,75 @@ def test_vllm_acceptance_rate_is_lower_than_per_token_acceptance_for_k_above_one
     assert model.draft_acceptance_rate(model.position_acceptance(0.8, 1.0, 1)) == pytest.approx(0.8)
 
 
-@pytest.mark.parametrize(("rate", "decay", "k"), [(0.3, 1.0, 4), (0.6, 1.0, 5), (0.3, 0.9, 8), (0.9, 1.0, 2)])
-def test_solve_acceptance_inverts_the_vllm_rate(rate: float, decay: float, k: int) -> None:
-    acceptance = model.solve_acceptance(rate, decay, k)
-    assert model.draft_acceptance_rate(model.position_acceptance(acceptance, decay, k)) == pytest.approx(rate)
+@pytest.mark.parametrize(("mean", "spread"), [(0.8, 0.1), (0.3, 0.1), (0.05, 0.1), (0.97, 0.15), (0.5, 0.45)])
+def test_request_acceptance_is_beta_with_the_stated_mean_and_spread(mean: float, spread: float) -> None:
+    rng = random.Random(11)
+    draws = [model.draw_acceptance(rng, mean, spread) for _ in range(50_000)]
+    assert statistics.fmean(draws) == pytest.approx(mean, abs=0.005)
+    assert statistics.pstdev(draws) == pytest.approx(spread, abs=0.005)
+    assert all(0.0 <= draw <= 1.0 for draw in draws)
+    grid = model.acceptance_grid(mean, spread)
+    grid_mean = sum(value * p for value, p in grid)
+    assert sum(p for _, p in grid) == pytest.approx(1.0)
+    assert grid_mean == pytest.approx(mean, abs=0.002)  # also when the density is infinite at 0 or 1
+    assert sum((value - grid_mean) ** 2 * p for value, p in grid) ** 0.5 == pytest.approx(spread, abs=0.002)
 
 
-def test_solve_acceptance_caps_at_one_when_decay_makes_the_rate_unreachable() -> None:
-    assert model.solve_acceptance(0.99, 0.5, 4) == 1.0
+def test_beta_shape_from_mean_and_spread() -> None:
+    """Beta(12, 3) has mean 0.8 and variance 0.8 x 0.2 / 16 = 0.01."""
+    assert model.beta_shape(0.8, 0.1) == pytest.approx((12.0, 3.0))
+    assert model.beta_shape(0.8, 0.0) is None
+    assert model.draw_acceptance(random.Random(1), 0.8, 0.0) == 0.8
+    assert model.spread_limit(0.9) == pytest.approx(0.3)
+    with pytest.raises(ValueError, match="too wide"):
+        model.beta_shape(0.9, 0.3)
+    with pytest.raises(ValueError, match="too wide"):
+        model.beta_shape(1.0, 0.01)
+
+
+def test_draft_lengths_fixed_or_geometric_capped_at_k() -> None:
+    assert model.draft_length_distribution(5, None) == ((5, 1.0),)
+    assert model.draw_draft_length(random.Random(1), 5, None) == 5
+    # mean 2: each further token with probability 1/2; at k = 3: P(1) = 1/2, P(2) = 1/4, P(3) = 1/4
+    assert model.draft_length_distribution(3, 2.0) == ((1, 0.5), (2, 0.25), (3, 0.25))
+    lengths = model.draft_length_distribution(24, 6.0)
+    assert sum(p for _, p in lengths) == pytest.approx(1.0)
+    expected = sum(n * p for n, p in lengths)
+    more = 1 - 1 / 6
+    assert expected == pytest.approx((1 - more**24) / (1 - more))  # 6, less the cap's share
+    rng = random.Random(4)
+    draws = [model.draw_draft_length(rng, 24, 6.0) for _ in range(50_000)]
+    assert statistics.fmean(draws) == pytest.approx(expected, rel=0.02)
+    assert min(draws) == 1 and max(draws) == 24
+
+
+def test_expected_drafts_without_spread_is_the_closed_form() -> None:
+    rates = model.position_acceptance(0.8, 0.9, 5)
+    expectation = model.expected_drafts(0.8, 0.0, 0.9, 5, ((5, 1.0),))
+    reach = [0.8, 0.8 * 0.72, 0.8 * 0.72 * 0.648]
+    assert expectation.per_position[:3] == pytest.approx(reach)
+    assert expectation.acceptance_rate == pytest.approx(model.draft_acceptance_rate(rates))
+    assert expectation.mean_acceptance_length == pytest.approx(1 + model.expected_accepted(rates))
+    # drafts cut at length 3 of 5 half the time: positions 3 and 4 are drafted (and accepted) half as often
+    short = model.expected_drafts(0.8, 0.0, 1.0, 5, ((3, 0.5), (5, 0.5)))
+    assert short.per_position == pytest.approx((0.8, 0.64, 0.512, 0.4096 / 2, 0.32768 / 2))
+    assert short.draft_tokens == 4.0
+
+
+def test_expected_drafts_weight_requests_by_their_drafts() -> None:
+    """Two kinds of request at k = 1, a = 0.6 and a = 1.0: each drafts 1 / (1 + a) times per token.
+
+    Drafts per token 1/1.6 and 1/2, so position 0 shows (0.6/1.6 + 1/2) / (1/1.6 + 1/2) = 0.7778, not 0.8.
+    """
+    weights = (1 / 1.6, 1 / 2)
+    assert (0.6 * weights[0] + 1.0 * weights[1]) / sum(weights) == pytest.approx(0.7778, abs=1e-4)
+    for k in (1, 4, 8):
+        spread = model.expected_drafts(0.8, 0.1, 1.0, k, ((k, 1.0),))
+        alike = model.expected_drafts(0.8, 0.0, 1.0, k, ((k, 1.0),))
+        assert 0.76 < spread.per_position[0] < 0.8 == pytest.approx(alike.per_position[0])
+    one = model.expected_drafts(0.8, 0.1, 1.0, 1, ((1, 1.0),)).per_position[0]
+    eight = model.expected_drafts(0.8, 0.1, 1.0, 8, ((8, 1.0),)).per_position[0]
+    assert eight < one  # deeper drafts separate fast and slow requests more
 
 
 def test_decode_floor_is_weights_over_bandwidth() -> None:
@@ -122,6 +184,27 @@ def test_draft_time_sequential_vs_parallel() -> None:
     assert model.draft_seconds(HW, LLAMA_8B, 0.1, False, model.StepLoad(1, 0, 0, 0)) == 0.0
 
 
+def test_each_draft_pass_pays_a_fixed_overhead() -> None:
+    """k sequential passes pay it k times, a parallel drafter once; a lookup drafter (no cost, no overhead) never."""
+    load = model.StepLoad(decode_requests=4, spec_tokens=5, prefill_tokens=0, context_tokens=0)
+    floor = LLAMA_8B / 5.3e12
+    sequential = model.draft_seconds(HW, LLAMA_8B, 0.05, False, load, pass_overhead=0.0003)
+    assert sequential == pytest.approx(5 * (0.05 * floor + 0.0003))
+    assert model.draft_seconds(HW, LLAMA_8B, 0.05, True, load, 0.0003) == pytest.approx(0.05 * floor + 0.0003)
+    assert model.draft_seconds(HW, LLAMA_8B, 0.0, False, load, 0.0) == 0.0
+    assert model.draft_seconds(HW, LLAMA_8B, 0.0, False, load, 0.0003) == pytest.approx(5 * 0.0003)
+    plain = model.step_seconds(HW, LLAMA_8B, 0, 0.05, False, load)
+    assert model.step_seconds(HW, LLAMA_8B, 0, 0.05, False, load, 0.0003) == pytest.approx(plain + 5 * 0.0003)
+
+
+def test_verified_tokens_count_the_drafts_actually_proposed() -> None:
+    full = model.StepLoad(decode_requests=100, spec_tokens=4, prefill_tokens=20, context_tokens=0)
+    assert full.verified_tokens == 100 * 5 + 20
+    partial = model.StepLoad(decode_requests=100, spec_tokens=4, prefill_tokens=20, context_tokens=0, draft_tokens=150)
+    assert partial.verified_tokens == 100 + 150 + 20
+    assert model.target_pass_seconds(HW, LLAMA_8B, 0, partial) < model.target_pass_seconds(HW, LLAMA_8B, 0, full)
+
+
 def test_default_draft_cost() -> None:
     # a 2.5 GB drafter on 1 GPU beside a 140 GB target on 8: 8x its size ratio
     assert model.default_draft_cost("draft_model", 140e9, 2.5e9, 8, 1) == pytest.approx(2.5 / 140 * 8)
@@ -134,9 +217,21 @@ def test_default_draft_cost() -> None:
 
 
 def test_batch_size_schedule() -> None:
+    """As vLLM's build_dynamic_sd_schedule_lookup fills its table: past the last range the last depth holds."""
     schedule = ((1, 16, 6), (17, 64, 3), (65, 1024, 0))
-    assert [model.spec_tokens_for_batch(6, schedule, b) for b in (1, 16, 17, 64, 65, 2000)] == [6, 6, 3, 3, 0, 6]
+    assert [model.spec_tokens_for_batch(6, schedule, b) for b in (1, 16, 17, 64, 65, 2000)] == [6, 6, 3, 3, 0, 0]
     assert model.spec_tokens_for_batch(4, (), 100) == 4
+
+
+def test_batch_size_schedule_carries_the_previous_depth_through_gaps() -> None:
+    """vLLM's own example: [(1, 16, 3), (32, 128, 2)] maps batch sizes 17-31 to 3, and 129 on to 2."""
+    schedule = ((1, 16, 3), (32, 128, 2))
+    batches = (1, 16, 17, 31, 32, 128, 129, 512)
+    assert [model.spec_tokens_for_batch(4, schedule, b) for b in batches] == [3, 3, 3, 3, 2, 2, 2, 2]
+    assert [model.spec_tokens_for_batch(4, tuple(reversed(schedule)), b) for b in batches] == [3, 3, 3, 3, 2, 2, 2, 2]
+    gaps = ((1, 2, 0), (5, 6, 7), (10, 10, 1))  # k = 5 caps the 7
+    assert [model.spec_tokens_for_batch(5, gaps, b) for b in range(1, 13)] == [0, 0, 0, 0, 5, 5, 5, 5, 5, 1, 1, 1]
+    assert model.spec_tokens_for_batch(5, gaps, 0) == 5  # an empty step: vLLM keeps k (it never looks 0 up)
 
 
 def test_noise_has_mean_one_and_is_seeded() -> None:

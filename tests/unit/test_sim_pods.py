@@ -1,6 +1,7 @@
 """Reading pods: the argv `specfleet render` writes, speculative configs, custom ITL buckets, readiness."""
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,14 @@ import yaml
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.render.argv import FINE_ITL_BUCKETS
 from specfleet.render.manifests import Track, deployment, revision
-from specfleet.sim.pods import PodArgsError, parse_pod, parse_speculative_config, parse_vllm_args
+from specfleet.sim.pods import (
+    VLLM_BUCKET_FAMILIES,
+    PodArgsError,
+    parse_histogram_buckets,
+    parse_pod,
+    parse_speculative_config,
+    parse_vllm_args,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 READY = {"type": "Ready", "status": "True"}
@@ -85,11 +93,48 @@ def test_flag_forms() -> None:
 
 
 def test_custom_buckets_from_extra_args_and_other_families() -> None:
+    """Families vLLM knows but the simulator does not expose are checked, then ignored."""
     buckets = json.dumps({"inter_token_latency": [0.01, 0.02], "request_latency": [1, 2], "iteration_tokens": [1]})
     assert parse_vllm_args(["m", f"--custom-histogram-buckets={buckets}"]).histogram_buckets == {
         "inter_token_latency": (0.01, 0.02),
         "request_latency": (1.0, 2.0),
     }
+    every_family = {family: [1, 2] for family in VLLM_BUCKET_FAMILIES}
+    assert set(parse_histogram_buckets(json.dumps(every_family))) == {
+        "inter_token_latency",
+        "time_to_first_token",
+        "request_latency",
+    }
+
+
+def test_unknown_bucket_families_are_refused_as_vllm_refuses_them() -> None:
+    """vLLM 0.32.0 will not start with a family outside BucketFamilyKey; the message names it and the known ones."""
+    assert len(VLLM_BUCKET_FAMILIES) == 8 and "request_num_preemptions" in VLLM_BUCKET_FAMILIES
+    for family in ("itl", "time_per_output_token", "request_time_per_output_token", "e2e_request_latency"):
+        text = json.dumps({"inter_token_latency": [0.01], family: [0.01]})
+        with pytest.raises(PodArgsError) as error:
+            parse_histogram_buckets(text)
+        assert f"unknown bucket family {family!r}; known families: ['inter_token_latency'," in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("buckets", "message"),
+    [
+        ({"request_latency": []}, "custom_histogram_buckets['request_latency']: bucket list must not be empty"),
+        ({"request_latency": [0.0, 1.0]}, "bound 0.0 must be finite and greater than 0"),
+        ({"request_latency": [-1, 1.0]}, "bound -1 must be finite and greater than 0"),
+        ({"request_latency": [1.0, float("inf")]}, "bound inf must be finite and greater than 0"),
+        ({"request_latency": [1.0, 1.0]}, "bounds [1.0, 1.0] must be strictly increasing"),
+        ({"inter_token_latency": [0.2, 0.1]}, "bounds [0.2, 0.1] must be strictly increasing"),
+        ({"request_latency": [True, 2.0]}, "bound True must be a number, not a bool"),
+        ({"request_latency": ["1"]}, "bound '1' must be a number, not a str"),
+        ({"request_latency": 1.0}, "custom_histogram_buckets['request_latency']: must be a list of numbers"),
+    ],
+)
+def test_bucket_bounds_are_checked_as_vllm_checks_them(buckets: dict[str, Any], message: str) -> None:
+    with pytest.raises(PodArgsError) as error:
+        parse_histogram_buckets(json.dumps(buckets))
+    assert message in str(error.value)
 
 
 @pytest.mark.parametrize(
@@ -125,6 +170,31 @@ def test_schedule_depths_are_capped_at_k_and_parallel_drafting_is_read() -> None
     assert (spec.schedule, spec.parallel_drafting, spec.draft_tp) == (((1, 8, 4),), True, 1)
 
 
+def test_schedule_rows_are_sorted_and_gaps_are_allowed() -> None:
+    config = {"method": "ngram", "num_speculative_tokens": 5}
+    rows = [[32, 128, 2], [1, 16, 3]]
+    spec = parse_speculative_config(json.dumps({**config, "num_speculative_tokens_per_batch_size": rows}))
+    assert spec.schedule == ((1, 16, 3), (32, 128, 2))
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ([[2, 16, 3]], "the first batch-size range must start at 1"),
+        ([[1, 16, 3], [16, 32, 2]], "batch-size ranges overlap"),
+        ([[1, 16, -1]], "num_speculative_tokens >= 0"),
+        ([[8, 1, 3]], "start <= end"),
+        ([[1, 16]], "each entry must be [start, end, num_speculative_tokens]"),
+        ([], "must be a non-empty list"),
+    ],
+)
+def test_schedules_vllm_refuses_at_start_up(rows: list[list[int]], message: str) -> None:
+    """vLLM's scheduler validates the schedule when it starts (validate_and_normalize_dynamic_sd_schedule)."""
+    config = {"method": "ngram", "num_speculative_tokens": 5, "num_speculative_tokens_per_batch_size": rows}
+    with pytest.raises(PodArgsError, match=re.escape(message)):
+        parse_speculative_config(json.dumps(config))
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -132,8 +202,9 @@ def test_schedule_depths_are_capped_at_k_and_parallel_drafting_is_read() -> None
         (["m", "--speculative-config", "{bad"], "--speculative-config is not JSON"),
         (["m", "--speculative-config", "[1]"], "not a JSON object"),
         (["m", "--tensor-parallel-size", "two"], "bad number"),
-        (["m", "--custom-histogram-buckets", '{"inter_token_latency": [0.2, 0.1]}'], "positive and strictly"),
-        (["m", "--custom-histogram-buckets", '{"time_to_first_token": []}'], "time_to_first_token bounds"),
+        (["m", "--custom-histogram-buckets", '{"inter_token_latency": [0.2, 0.1]}'], "strictly increasing"),
+        (["m", "--custom-histogram-buckets", '{"time_to_first_token": []}'], "'time_to_first_token'.: bucket list"),
+        (["m", "--custom-histogram-buckets", '{"ttft": [1]}'], "unknown bucket family 'ttft'"),
         (["m", "--custom-histogram-buckets", "[0.1]"], "not a JSON object"),
     ],
 )

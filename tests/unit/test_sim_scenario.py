@@ -22,7 +22,8 @@ PLAIN_70B = PodIdentity("meta-llama/Llama-3.1-70B-Instruct", "llama-3.1-70b", No
 def test_empty_document_gives_the_defaults() -> None:
     params = resolve(load_scenario(""), EAGLE_8B)
     assert params.matched is None
-    assert (params.acceptance, params.acceptance_rate, params.decay, params.load) == (0.7, None, 1.0, 4.0)
+    assert (params.acceptance, params.acceptance_spread, params.decay, params.load) == (0.7, 0.1, 1.0, 4.0)
+    assert (params.draft_pass_overhead_ms, params.suffix_draft_tokens) == (0.2, 6.0)
 
 
 def test_pair_overrides_only_what_it_sets() -> None:
@@ -71,15 +72,39 @@ def test_matching(pair: str, pod: PodIdentity, expected: bool) -> None:
     assert (resolve(scenario, pod).matched == 0) is expected
 
 
-def test_acceptance_rate_in_a_pair_replaces_the_default_acceptance() -> None:
-    scenario = load_scenario("defaults: {acceptance: 0.7}\npairs: [{target: '*', acceptance_rate: 0.4}]")
-    params = resolve(scenario, EAGLE_8B)
-    assert (params.acceptance, params.acceptance_rate) == (None, 0.4)
+def test_acceptance_rate_is_refused_with_what_to_state_instead() -> None:
+    """Scenarios state the drafter's alpha, never the accepted/drafted number Prometheus should show."""
+    for text in ("defaults: {acceptance_rate: 0.55}", "pairs: [{target: '*', acceptance_rate: 0.4}]"):
+        with pytest.raises(ScenarioError, match="acceptance_rate is not a knob: state the drafter's per-token"):
+            load_scenario(text)
 
 
-def test_acceptance_rate_in_the_defaults() -> None:
-    params = resolve(load_scenario("defaults: {acceptance_rate: 0.55}"), EAGLE_8B)
-    assert (params.acceptance, params.acceptance_rate) == (None, 0.55)
+def test_a_spread_too_wide_for_the_acceptance_is_refused_naming_the_field() -> None:
+    """A Beta distribution with mean m has a standard deviation below sqrt(m (1 - m))."""
+    assert resolve(load_scenario("defaults: {acceptance: 0.9, acceptance_spread: 0.29}"), EAGLE_8B)
+    with pytest.raises(ScenarioError, match=r"^defaults.acceptance_spread: 0.3 is too wide for acceptance 0.9"):
+        load_scenario("defaults: {acceptance: 0.9, acceptance_spread: 0.3}")
+    # the default spread (0.1) with a pair's acceptance of 0.99: sqrt(0.99 x 0.01) = 0.0995
+    with pytest.raises(ScenarioError, match=r"pairs\[1\].acceptance_spread: 0.1 is too wide .* < 0.0995"):
+        load_scenario("pairs: [{target: a, acceptance: 0.9}, {target: b, acceptance: 0.99}]")
+    perfect = load_scenario("pairs: [{target: '*', acceptance: 1.0, acceptance_spread: 0}]")
+    assert resolve(perfect, EAGLE_8B).acceptance_spread == 0.0
+    with pytest.raises(ScenarioError, match=r"pairs\[0\].acceptance_spread: 0.1 is too wide for acceptance 0.0"):
+        load_scenario("defaults: {acceptance_spread: 0.1}\npairs: [{target: '*', acceptance: 0.0}]")
+
+
+def test_new_knobs_resolve_per_pair() -> None:
+    scenario = load_scenario(
+        """
+        pairs:
+          - {target: "*", drafter: suffix, suffix_draft_tokens: 3, acceptance_spread: 0.05}
+          - {target: "*", draft_pass_overhead_ms: 0.5}
+        """
+    )
+    suffix = PodIdentity("m", "m", None, "suffix", None)
+    params = resolve(scenario, suffix)
+    assert (params.suffix_draft_tokens, params.acceptance_spread, params.draft_pass_overhead_ms) == (3.0, 0.05, 0.2)
+    assert resolve(scenario, EAGLE_8B).draft_pass_overhead_ms == 0.5
 
 
 @pytest.mark.parametrize(
@@ -91,7 +116,10 @@ def test_acceptance_rate_in_the_defaults() -> None:
         ("pairs: [{target: x}, {target: y, decay: 0}]", "pairs[1].decay: Input should be greater than 0"),
         ("pairs: [{target: x, load: -1}]", "pairs[0].load: Input should be greater than or equal to 0"),
         ("pairs: [{target: x, track: blue}]", "pairs[0].track: String should match pattern"),
-        ("pairs: [{target: x, acceptance: 0.5, acceptance_rate: 0.5}]", "pairs[0]: set either acceptance or"),
+        ("pairs: [{target: x, acceptance: 0.5, acceptance_rate: 0.5}]", "pairs[0]: acceptance_rate is not a knob"),
+        ("pairs: [{target: x, acceptance_spread: 0.5}]", "pairs[0].acceptance_spread: Input should be less than 0.5"),
+        ("pairs: [{target: x, suffix_draft_tokens: 0.5}]", "pairs[0].suffix_draft_tokens: Input should be greater"),
+        ("defaults: {draft_pass_overhead_ms: -1}", "defaults.draft_pass_overhead_ms: Input should be greater than"),
         ("defaults: {error_rate: 0.6, abort_rate: 0.6}", "defaults: error_rate + abort_rate is more than 1"),
         ("defaults: {error_rate: 0.6}\npairs: [{target: x, abort_rate: 0.5}]", "pairs[0]: error_rate + abort_rate"),
         ("defaults: {output_tokens: 0}", "defaults.output_tokens: Input should be greater than or equal to 1"),

@@ -18,11 +18,19 @@ from specfleet.cli.main import app
 from specfleet.hardware import PRODUCT_NAME_LABEL
 from specfleet.metrics import names
 from specfleet.render.manifests import Track, deployment, revision
+from specfleet.sim import model
 from specfleet.sim.scenario import load_scenario
 from specfleet.sim.server import ListenError, Simulator, parse_listen
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama-8b-eagle3-mi325x.yaml"
 MI325X_NODE = {PRODUCT_NAME_LABEL: "AMD_Instinct_MI325_OAM"}
+K = 4
+"""The example's num_speculative_tokens."""
+
+
+def predicted_rate(acceptance: float, spread: float = 0.1) -> float:
+    """accepted / drafted the model predicts for the example's EAGLE-3 drafter with this alpha."""
+    return model.expected_drafts(acceptance, spread, 1.0, K, ((K, 1.0),)).acceptance_rate
 
 
 class FakeClock:
@@ -73,7 +81,7 @@ def clock() -> FakeClock:
 @pytest.fixture
 def sim(tmp_path: Path, clock: FakeClock) -> Iterator[Simulator]:
     scenario_file = tmp_path / "scenario.yaml"
-    scenario_file.write_text("defaults: {acceptance_rate: 0.6}\n")
+    scenario_file.write_text("defaults: {acceptance: 0.6}\n")
     simulator = Simulator(
         load_scenario(scenario_file.read_text()),
         file_sd_dir=tmp_path,
@@ -124,7 +132,8 @@ def test_a_ready_pod_is_a_target_with_podmonitor_labels_and_serves_vllm_metrics(
     families = {f.name: f for f in text_string_to_metric_families(body)}
     drafted = families[names.DRAFT_TOKENS.removesuffix("_total")].samples[0].value
     accepted = families[names.ACCEPTED_TOKENS.removesuffix("_total")].samples[0].value
-    assert drafted > 1000 and accepted / drafted == pytest.approx(0.6, abs=0.05)
+    assert drafted > 1000 and accepted / drafted == pytest.approx(predicted_rate(0.6), abs=0.05)
+    assert predicted_rate(0.6) < 0.5  # accepted / drafted at k = 4 is well below alpha
 
 
 def test_a_loading_pod_is_scraped_but_answers_503_and_an_unknown_one_404(sim: Simulator) -> None:
@@ -165,22 +174,28 @@ def test_describe_shows_the_match_and_the_gpu(sim: Simulator) -> None:
     described = {entry["pod"]: entry for entry in json.loads(body)}
     assert status == 200
     assert described["p1"]["gpu"] == "MI325X" and described["p2"]["gpu"] == "MI300X"  # unknown node: the fallback
-    assert described["p1"]["expected_acceptance_rate"] == pytest.approx(0.6)
-    assert described["p1"]["method"] == "eagle3" and described["p1"]["k"] == 4
+    assert (described["p1"]["acceptance"], described["p1"]["acceptance_spread"]) == (0.6, 0.1)
+    assert described["p1"]["expected_acceptance_rate"] == pytest.approx(predicted_rate(0.6))
+    assert described["p1"]["per_position_acceptance"] == pytest.approx([0.6] * K)
+    assert described["p1"]["expected_per_position_acceptance"][0] < 0.6  # drafts weight slow requests more
+    assert described["p1"]["expected_draft_tokens"] == K
+    assert described["p1"]["draft_pass_overhead_seconds"] == pytest.approx(0.0002)
+    assert described["p1"]["method"] == "eagle3" and described["p1"]["k"] == K
 
 
 def test_put_scenario_replaces_the_document_and_bad_ones_are_refused(sim: Simulator, clock: FakeClock) -> None:
     sim.upsert_pod(pod("p1"), MI325X_NODE)
     clock.now += 20
-    status, body = request(
-        sim.url + "/scenario", "PUT", "pairs: [{target: '*', drafter: eagle3, acceptance_rate: 0.2}]"
-    )
-    assert status == 200 and "acceptance_rate: 0.2" in body
-    assert "acceptance_rate: 0.2" in request(sim.url + "/scenario")[1]
-    assert json.loads(request(sim.url + "/pods")[1])[0]["expected_acceptance_rate"] == pytest.approx(0.2)
+    status, body = request(sim.url + "/scenario", "PUT", "pairs: [{target: '*', drafter: eagle3, acceptance: 0.3}]")
+    assert status == 200 and "acceptance: 0.3" in body
+    assert "acceptance: 0.3" in request(sim.url + "/scenario")[1]
+    described = json.loads(request(sim.url + "/pods")[1])[0]
+    assert described["expected_acceptance_rate"] == pytest.approx(predicted_rate(0.3))
     status, body = request(sim.url + "/scenario", "PUT", "pairs: [{target: '*', acceptance: 7}]")
     assert status == 400 and "pairs[0].acceptance" in body
-    assert "acceptance_rate: 0.2" in request(sim.url + "/scenario")[1]
+    status, body = request(sim.url + "/scenario", "PUT", "pairs: [{target: '*', acceptance_rate: 0.5}]")
+    assert status == 400 and "pairs[0]: acceptance_rate is not a knob" in body
+    assert "acceptance: 0.3" in request(sim.url + "/scenario")[1]
     assert request(sim.url + "/elsewhere", "PUT", "")[0] == 404
 
 

@@ -26,17 +26,18 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Canary", "type": "string", "jsonPath": ".status.canaryRevision"},
     {"name": "Weight", "type": "integer", "jsonPath": ".status.canaryWeight"},
     {
-        "name": "Acceptance",
+        "name": "Alpha",
         "type": "number",
         "format": "float",
-        "jsonPath": ".status.lastAnalysis.canary.acceptanceRate",
+        "description": "Canary per-token acceptance alpha at the last analysis",
+        "jsonPath": ".status.lastAnalysis.canary.acceptanceAlpha",
     },
     {
-        "name": "P95-ITL",
+        "name": "P95-Token",
         "type": "number",
         "format": "float",
-        "description": "Canary p95 inter-token latency (s) at the last analysis",
-        "jsonPath": ".status.lastAnalysis.canary.itlP95Seconds",
+        "description": "Canary p95 per-token latency (s) at the last analysis",
+        "jsonPath": ".status.lastAnalysis.canary.tokenLatencyP95Seconds",
     },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]

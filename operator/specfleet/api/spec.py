@@ -419,14 +419,19 @@ class Fallback(ApiModel):
 
 
 class AnalysisSpec(ApiModel):
-    """How often and over what window the canary is measured."""
+    """How often and over what window the canary is measured, and how sure a failure must be."""
 
     interval: Duration = "1m"
     """Time between two analyses while a canary is live."""
     window: Duration = "5m"
-    """PromQL range over which rates and quantiles are computed."""
-    failure_limit: Annotated[int, Field(ge=0, le=100)] = 1
-    """Failed analyses tolerated per revision; one more rolls back."""
+    """Longest range of evidence an analysis reads. It never reaches back past the moment the current
+    step's canary replicas were all Ready, nor past the last counted failure."""
+    confidence: Annotated[float, Field(ge=0.5, le=0.999999)] = 0.99
+    """Chance that a canary as good as its guardrails is never failed, over all of its analyses together:
+    analysis n is tested at a false-failure probability of (1 - confidence) / (n (n + 1))."""
+    failure_limit: Annotated[int, Field(ge=0, le=100)] = 0
+    """Failed analyses tolerated per revision; one more rolls back. Each failure counts only evidence
+    gathered after the previous one, so failures are independent."""
     on_no_data: Fallback = Fallback(after="10m", action=FallbackAction.ROLLBACK)
     """When results stay inconclusive (too few samples, empty or NaN answers)."""
     on_provider_error: Fallback = Fallback(after="10m", action=FallbackAction.PAUSE)
@@ -434,21 +439,32 @@ class AnalysisSpec(ApiModel):
 
 
 class Guardrails(ApiModel):
-    """Limits a canary must respect; set before the canary starts, never tuned during it."""
+    """Limits a canary must respect; set before the canary starts, never tuned during it.
 
-    min_acceptance_rate: Fraction = 0.6
-    """Lowest accepted/drafted token ratio."""
-    max_itl_p95_regression: Annotated[float, Field(ge=0, le=10)] = 0.1
-    """Largest relative increase of p95 inter-token latency over the stable track in the same window
-    (0.1 = 10% slower)."""
-    max_itl_p95_seconds: Annotated[float, Field(gt=0, le=3600)] | None = None
-    """Optional absolute ceiling on canary p95 inter-token latency."""
-    max_error_rate: Fraction = 0.01
-    """Largest share of requests that end in error or abort."""
+    A guardrail fails only when the confidence bound of its measurement is past the limit (see
+    `analysis.confidence`), so noise alone does not roll back a canary.
+    """
+
+    min_acceptance_alpha: Fraction = 0.6
+    """Lowest per-token acceptance alpha: the share of drafts whose first token the target accepts (the
+    papers' alpha). Unlike accepted/drafted tokens it does not fall as numSpeculativeTokens grows."""
+    max_token_latency_p95_regression: Annotated[float, Field(ge=0, le=10)] = 0.1
+    """Largest relative increase of the p95 per-token latency (each request's decode time per output
+    token, what a streaming user feels) over the stable track in the same window (0.1 = 10% slower)."""
+    max_step_latency_p95_seconds: Annotated[float, Field(gt=0, le=3600)] | None = None
+    """Optional absolute ceiling on the canary's p95 engine-step latency (vLLM's inter-token latency
+    histogram, one observation per request per step): a stutter limit. A speculative step emits several
+    tokens, so this is larger than the per-token latency even when speculation pays."""
+    max_error_rate_increase: Fraction = 0.01
+    """Largest increase of the share of requests that end in error over the stable track's
+    (0.01 = one percentage point). Client aborts are not errors."""
+    max_error_rate: Fraction | None = None
+    """Optional absolute ceiling on the canary's error rate."""
     min_draft_tokens: Annotated[int, Field(ge=0, le=1_000_000_000)] = 500
-    """Drafted tokens a window needs before its acceptance rate counts."""
-    min_requests: Annotated[int, Field(ge=0, le=1_000_000_000)] = 20
-    """Finished requests a window needs before its latency and errors count."""
+    """Drafted tokens the evidence needs before the acceptance guardrail is judged."""
+    min_requests: Annotated[int, Field(ge=0, le=1_000_000_000)] = 100
+    """Finished requests each track needs before latency and errors are judged (more are needed when
+    the confidence asks for it: bounding a p95 takes at least 19 z^2 requests)."""
 
 
 class HTTPRouteRef(ApiModel):

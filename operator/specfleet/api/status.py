@@ -55,23 +55,32 @@ class Verdict(StrEnum):
 
 
 class Measurements(ApiModel):
-    """What Prometheus said about one track over the analysis window. Missing values stay unset."""
+    """What Prometheus said about one track over the analysis's evidence range. Missing values stay unset."""
 
+    acceptance_alpha: float | None = None
+    """Per-token acceptance alpha: drafts whose first token was accepted / drafts. Does not depend on k."""
     acceptance_rate: float | None = None
-    """Accepted / drafted tokens."""
+    """Accepted / drafted tokens, vLLM's dashboard ratio: E[accepted] / k, so it falls as k grows."""
     mean_accepted_length: float | None = None
     """Tokens per target pass, the bonus token included (at most k+1)."""
     acceptance_per_position: Annotated[list[float], Field(max_length=64)] = []
     """Share of drafts whose token at position i was accepted."""
-    itl_p50_seconds: float | None = None
-    itl_p95_seconds: float | None = None
+    token_latency_p50_seconds: float | None = None
+    """Median per-token latency: each finished request's decode time / (output tokens - 1)."""
+    token_latency_p95_seconds: float | None = None
+    """p95 per-token latency over requests: what the latency guardrail judges."""
+    step_latency_p95_seconds: float | None = None
+    """p95 engine-step latency (vLLM's inter-token latency, one observation per request per step)."""
     ttft_p95_seconds: float | None = None
     error_rate: float | None = None
+    """Requests that ended in error / finished requests (client aborts excluded)."""
     generation_tokens_per_second: float | None = None
+    requests_per_pod_per_second: float | None = None
+    """Finished requests per second per pod: the per-pod load the tracks were compared at."""
     draft_tokens: float | None = None
-    """Tokens drafted in the window (the sample size behind the acceptance rate)."""
+    """Tokens drafted in the evidence range (the sample size behind the acceptance measures)."""
     requests: float | None = None
-    """Requests finished in the window (the sample size behind latency and errors)."""
+    """Requests finished in the evidence range (the sample size behind latency and errors)."""
 
 
 class Analysis(ApiModel):
@@ -82,7 +91,11 @@ class Analysis(ApiModel):
     step: int
     verdict: Verdict
     reasons: Annotated[list[ShortText], Field(max_length=32)] = []
-    """Why: the failed guardrails with their numbers, or what was missing."""
+    """Why, with the numbers and the confidence bound that decided each guardrail (or what was missing)."""
+    look: int = 1
+    """Which analysis of this canary revision it was; later looks are held to tighter bounds."""
+    evidence_seconds: int | None = None
+    """Length of the range the evidence was read over."""
     canary: Measurements = Measurements()
     stable: Measurements = Measurements()
 
@@ -103,8 +116,10 @@ class HistoryEntry(ApiModel):
     reason: ShortText = ""
     summary: ShortText = ""
     """The speculative config in a few words, e.g. `eagle3 k=5 yuhuili/EAGLE3-LLaMA3.1-Instruct-8B`."""
+    acceptance_alpha: float | None = None
     acceptance_rate: float | None = None
-    itl_p95_seconds: float | None = None
+    token_latency_p95_seconds: float | None = None
+    """p95 per-token latency of the last analysis of this revision."""
     serving: ServingSnapshot | None = None
     """The serving part of the spec (model, speculative, engine, accelerator) of this revision, for undo."""
 
@@ -133,6 +148,11 @@ class SpeculativeDeploymentStatus(ApiModel):
     canary_started_at: datetime | None = None
     failed_analyses: int = 0
     """Failed analyses of the current canary revision."""
+    analyses: int = 0
+    """Analyses of the current canary revision so far (the next one is look `analyses + 1`)."""
+    evidence_since: datetime | None = None
+    """Earliest moment the next analysis may read evidence from: when the current step's canary replicas
+    were all Ready, or the last counted failure (so each failure counts new evidence only)."""
     unjudged_since: datetime | None = None
     """Start of the current run of inconclusive or errored analyses."""
     replicas: int = 0

@@ -102,7 +102,11 @@ def emit(data: Any, output: Output) -> None:
 
 
 def _ms(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds * 1000:.1f} ms"
+    return "-" if seconds is None else f"{seconds * 1000:.2f} ms"
+
+
+def _fraction(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def _pct(value: float | None) -> str:
@@ -159,7 +163,7 @@ def list_command(
         return
     table = Table(box=None, header_style="bold")
     columns = ["NAMESPACE"] if all_namespaces else []
-    columns += ["NAME", "PHASE", "STABLE", "CANARY", "STEP", "WEIGHT", "ACCEPTANCE", "P95 ITL", "AGE"]
+    columns += ["NAME", "PHASE", "STABLE", "CANARY", "STEP", "WEIGHT", "ALPHA", "P95/TOKEN", "AGE"]
     for column in columns:
         table.add_column(column, no_wrap=True)
     for obj in items:
@@ -173,8 +177,8 @@ def list_command(
             status.get("canaryRevision", "-"),
             _step(obj),
             f"{status.get('canaryWeight', 0)}%",
-            _pct(canary.get("acceptanceRate")),
-            _ms(canary.get("itlP95Seconds")),
+            _fraction(canary.get("acceptanceAlpha")),
+            _ms(canary.get("tokenLatencyP95Seconds")),
             _age(obj["metadata"].get("creationTimestamp")),
         ]
         table.add_row(*row)
@@ -220,19 +224,23 @@ def render_status(obj: dict[str, Any]) -> Group:
     if analysis:
         canary, stable = analysis.get("canary") or {}, analysis.get("stable") or {}
         measures = Table(
-            title=f"Last analysis: {analysis['verdict']} at {analysis['time']} (step {analysis.get('step', 0) + 1})",
+            title=f"Last analysis: {analysis['verdict']} at {analysis['time']} (step {analysis.get('step', 0) + 1}, "
+            f"look {analysis.get('look', 1)}, {analysis.get('evidenceSeconds', '?')} s of evidence)",
             header_style="bold",
             title_justify="left",
         )
         for column in ("", "canary", "stable"):
             measures.add_column(column, justify="right")
         rows = [
-            ("acceptance rate", _pct, "acceptanceRate"),
-            ("mean accepted length", lambda v: "-" if v is None else f"{v:.2f}", "meanAcceptedLength"),
-            ("p50 ITL", _ms, "itlP50Seconds"),
-            ("p95 ITL", _ms, "itlP95Seconds"),
+            ("acceptance alpha (per token)", _fraction, "acceptanceAlpha"),
+            ("accepted/drafted (falls with k)", _pct, "acceptanceRate"),
+            ("mean accepted length", _fraction, "meanAcceptedLength"),
+            ("p50 latency per token", _ms, "tokenLatencyP50Seconds"),
+            ("p95 latency per token", _ms, "tokenLatencyP95Seconds"),
+            ("p95 latency per step", _ms, "stepLatencyP95Seconds"),
             ("p95 TTFT", _ms, "ttftP95Seconds"),
             ("error rate", _pct, "errorRate"),
+            ("requests/s per pod", _fraction, "requestsPerPodPerSecond"),
             ("tokens/s", lambda v: "-" if v is None else f"{v:.0f}", "generationTokensPerSecond"),
         ]
         for label, fmt, key in rows:
@@ -251,7 +259,7 @@ def render_status(obj: dict[str, Any]) -> Group:
 
 def history_table(history: list[dict[str, Any]]) -> Table:
     table = Table(title="History", header_style="bold", title_justify="left")
-    for column in ("revision", "outcome", "time", "config", "acceptance", "p95 ITL", "reason"):
+    for column in ("revision", "outcome", "time", "config", "alpha", "p95/token", "reason"):
         table.add_column(column, overflow="fold")
     for entry in history:
         style = "green" if entry["outcome"] == "Promoted" else "red" if entry["outcome"] != "Superseded" else ""
@@ -260,8 +268,8 @@ def history_table(history: list[dict[str, Any]]) -> Table:
             Text(entry["outcome"], style=style),
             entry["time"],
             entry.get("summary", ""),
-            _pct(entry.get("acceptanceRate")),
-            _ms(entry.get("itlP95Seconds")),
+            _fraction(entry.get("acceptanceAlpha")),
+            _ms(entry.get("tokenLatencyP95Seconds")),
             entry.get("reason", ""),
         )
     return table

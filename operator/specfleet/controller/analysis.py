@@ -1,26 +1,61 @@
-"""One analysis of a live canary: ask Prometheus about both tracks, then let the pure judge decide."""
+"""One analysis of a live canary: read both tracks' evidence from Prometheus, then let the pure judge decide."""
 
+import math
 from datetime import datetime
 
+from specfleet.api.durations import parse_duration
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.spec import SpeculativeMethod
-from specfleet.api.status import Analysis, Measurements, SpeculativeDeploymentStatus, Verdict
+from specfleet.api.status import Analysis, SpeculativeDeploymentStatus, Verdict
 from specfleet.controller.metrics import ANALYSES, ANALYSIS_SECONDS
-from specfleet.judge import judge
+from specfleet.judge import TrackEvidence, judge
+from specfleet.metrics import promql
 from specfleet.metrics.prometheus import MetricsProvider, ProviderError
-from specfleet.metrics.promql import SCALAR_QUERIES, TrackSelector, acceptance_per_position
+from specfleet.stats import Binned
 
 MAX_REASON = 1000
 
 
-def measure(provider: MetricsProvider, selector: TrackSelector, window: str) -> Measurements:
-    values = {field: provider.scalar(build(selector, window)) for field, build in SCALAR_QUERIES.items()}
-    per_position = provider.by_label(acceptance_per_position(selector, window), "position")
+def _number(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return None if math.isnan(value) else value
+
+
+def _binned(provider: MetricsProvider, histogram: str, selector: promql.TrackSelector, r: str) -> Binned | None:
+    by_le = provider.by_label(promql.histogram_buckets(histogram, selector, r), "le")
+    buckets = {bound: count for le, count in by_le.items() if (bound := _number(le)) is not None}
+    return Binned.from_buckets(buckets)
+
+
+def evidence(provider: MetricsProvider, selector: promql.TrackSelector, seconds: float) -> TrackEvidence:
+    """Every count the judge needs for one track, as increases over the last `seconds`."""
+    r = promql.seconds(seconds)
+    counters = {
+        field: provider.scalar(promql.increase(metric, selector, r)) for field, metric in promql.COUNTERS.items()
+    }
+    histograms = {field: _binned(provider, metric, selector, r) for field, metric in promql.HISTOGRAMS.items()}
+    per_position = provider.by_label(promql.accepted_by_position(selector, r), "position")
     positions = sorted(int(p) for p in per_position if p.isdigit())
-    return Measurements(
-        **{k: round(v, 6) if v is not None else None for k, v in values.items()},
-        acceptance_per_position=[round(per_position[str(p)], 4) for p in positions],
+    return TrackEvidence(
+        **histograms,
+        **counters,
+        finished=provider.by_label(promql.finished_by_reason(selector, r), "finished_reason"),
+        accepted_per_position=tuple(per_position[str(p)] for p in positions)
+        if positions == list(range(len(positions)))
+        else (),
+        request_rate_per_pod=tuple(provider.by_label(promql.request_rate_by_pod(selector, r), "pod").values()),
+        seconds=seconds,
     )
+
+
+def evidence_seconds(sdep: SpeculativeDeployment, status: SpeculativeDeploymentStatus, now: datetime) -> float:
+    """The analysis window, cut at the start of the current evidence (step Ready, or the last counted failure)."""
+    window = parse_duration(sdep.spec.rollout.analysis.window).total_seconds()
+    since = status.evidence_since or status.step_ready_at
+    return window if since is None else max(0.0, min(window, (now - since).total_seconds()))
 
 
 def analyze(
@@ -29,28 +64,37 @@ def analyze(
     """Blocking: run it in a thread. Prometheus failures become an Error verdict, never an exception."""
     assert status.canary_revision is not None and status.stable_revision is not None
     meta, spec = sdep.metadata, sdep.spec
-    window = spec.rollout.analysis.window
-    canary = TrackSelector(meta.namespace, meta.name, "canary", status.canary_revision)
-    stable = TrackSelector(meta.namespace, meta.name, "stable", status.stable_revision)
-    base = {"time": now, "revision": status.canary_revision, "step": status.current_step or 0}
+    seconds = evidence_seconds(sdep, status, now)
+    canary = promql.TrackSelector(meta.namespace, meta.name, "canary", status.canary_revision)
+    stable = promql.TrackSelector(meta.namespace, meta.name, "stable", status.stable_revision)
+    look = status.analyses + 1
+    base = {
+        "time": now,
+        "revision": status.canary_revision,
+        "step": status.current_step or 0,
+        "look": look,
+        "evidence_seconds": round(seconds),
+    }
     with ANALYSIS_SECONDS.time():
         try:
-            canary_values = measure(provider, canary, window)
-            stable_values = measure(provider, stable, window)
+            canary_evidence = evidence(provider, canary, seconds)
+            stable_evidence = evidence(provider, stable, seconds)
         except ProviderError as error:
             ANALYSES.labels(Verdict.ERROR.value).inc()
             return Analysis(**base, verdict=Verdict.ERROR, reasons=[str(error)[:MAX_REASON]])
     result = judge(
         spec.rollout.guardrails,
-        canary_values,
-        stable_values,
+        canary_evidence,
+        stable_evidence,
         speculative=spec.speculative.method is not SpeculativeMethod.NONE,
+        confidence=spec.rollout.analysis.confidence,
+        look=look,
     )
     ANALYSES.labels(result.verdict.value).inc()
     return Analysis(
         **base,
         verdict=result.verdict,
         reasons=[r[:MAX_REASON] for r in result.reasons],
-        canary=canary_values,
-        stable=stable_values,
+        canary=result.canary,
+        stable=result.stable,
     )

@@ -1,7 +1,8 @@
 """PromQL for judging one track of a SpeculativeDeployment. Pure string building; label values escaped.
 
-Ratios follow vLLM's own speculative-decoding dashboard; the denominators are guarded with `> 0` so an
-idle track yields an empty answer (inconclusive), never a division by zero read as a value.
+The judge needs counts, not ratios: `increase` over the evidence range of each counter and of each
+histogram bucket (`sum by (le)`), so it can put confidence bounds on them and compare two tracks on the
+bucket bounds they share. Ratios shown on dashboards follow vLLM's own speculative-decoding dashboard.
 """
 
 from dataclasses import dataclass
@@ -23,77 +24,58 @@ class TrackSelector:
     track: str
     revision: str
 
-    def matchers(self, extra: str = "") -> str:
+    def matchers(self) -> str:
         pairs = {
             names.NAMESPACE: self.namespace,
             names.SDEP: self.name,
             names.TRACK: self.track,
             names.REVISION: self.revision,
         }
-        body = ",".join(f'{k}="{escape(v)}"' for k, v in pairs.items())
-        return "{" + body + (f",{extra}" if extra else "") + "}"
+        return "{" + ",".join(f'{k}="{escape(v)}"' for k, v in pairs.items()) + "}"
 
 
-def _rate(metric: str, selector: TrackSelector, window: str, extra: str = "") -> str:
-    return f"sum(rate({metric}{selector.matchers(extra)}[{window}]))"
+def seconds(value: float) -> str:
+    """A PromQL range of whole seconds, at least one."""
+    return f"{max(1, round(value))}s"
 
 
-def _increase(metric: str, selector: TrackSelector, window: str, extra: str = "") -> str:
-    return f"sum(increase({metric}{selector.matchers(extra)}[{window}]))"
+def increase(metric: str, s: TrackSelector, r: str) -> str:
+    return f"sum(increase({metric}{s.matchers()}[{r}]))"
 
 
-def _quantile(q: float, histogram: str, selector: TrackSelector, window: str) -> str:
-    return f"histogram_quantile({q}, sum by (le) (rate({histogram}_bucket{selector.matchers()}[{window}])))"
+def increase_by(label: str, metric: str, s: TrackSelector, r: str) -> str:
+    return f"sum by ({label}) (increase({metric}{s.matchers()}[{r}]))"
 
 
-def acceptance_rate(s: TrackSelector, w: str) -> str:
-    return f"{_rate(names.ACCEPTED_TOKENS, s, w)} / ({_rate(names.DRAFT_TOKENS, s, w)} > 0)"
+def histogram_buckets(histogram: str, s: TrackSelector, r: str) -> str:
+    """Cumulative count per `le` over the range: the binned data the judge's quantile bounds work on."""
+    return increase_by("le", f"{histogram}_bucket", s, r)
 
 
-def mean_accepted_length(s: TrackSelector, w: str) -> str:
-    """Tokens per target pass, bonus token included: 1 + accepted / drafts."""
-    return f"1 + {_rate(names.ACCEPTED_TOKENS, s, w)} / ({_rate(names.NUM_DRAFTS, s, w)} > 0)"
+def finished_by_reason(s: TrackSelector, r: str) -> str:
+    return increase_by("finished_reason", names.REQUEST_SUCCESS, s, r)
 
 
-def acceptance_per_position(s: TrackSelector, w: str) -> str:
-    per_position = f"sum by (position) (rate({names.ACCEPTED_PER_POSITION}{s.matchers()}[{w}]))"
-    return f"{per_position} / on() group_left() ({_rate(names.NUM_DRAFTS, s, w)} > 0)"
+def accepted_by_position(s: TrackSelector, r: str) -> str:
+    return increase_by("position", names.ACCEPTED_PER_POSITION, s, r)
 
 
-def itl_quantile(q: float, s: TrackSelector, w: str) -> str:
-    return _quantile(q, names.INTER_TOKEN_LATENCY, s, w)
+def request_rate_by_pod(s: TrackSelector, r: str) -> str:
+    """Finished requests per second of each pod: the per-pod load the two tracks are compared at."""
+    return f"sum by ({names.POD}) (rate({names.REQUEST_SUCCESS}{s.matchers()}[{r}]))"
 
 
-def ttft_quantile(q: float, s: TrackSelector, w: str) -> str:
-    return _quantile(q, names.TIME_TO_FIRST_TOKEN, s, w)
-
-
-def error_rate(s: TrackSelector, w: str) -> str:
-    failed = 'finished_reason=~"' + "|".join(names.FAILED_FINISH_REASONS) + '"'
-    return f"{_rate(names.REQUEST_SUCCESS, s, w, failed)} / ({_rate(names.REQUEST_SUCCESS, s, w)} > 0)"
-
-
-def generation_tokens_per_second(s: TrackSelector, w: str) -> str:
-    return _rate(names.GENERATION_TOKENS, s, w)
-
-
-def draft_tokens(s: TrackSelector, w: str) -> str:
-    return _increase(names.DRAFT_TOKENS, s, w)
-
-
-def finished_requests(s: TrackSelector, w: str) -> str:
-    return _increase(names.REQUEST_SUCCESS, s, w)
-
-
-SCALAR_QUERIES = {
-    "acceptance_rate": acceptance_rate,
-    "mean_accepted_length": mean_accepted_length,
-    "itl_p50_seconds": lambda s, w: itl_quantile(0.5, s, w),
-    "itl_p95_seconds": lambda s, w: itl_quantile(0.95, s, w),
-    "ttft_p95_seconds": lambda s, w: ttft_quantile(0.95, s, w),
-    "error_rate": error_rate,
-    "generation_tokens_per_second": generation_tokens_per_second,
-    "draft_tokens": draft_tokens,
-    "requests": finished_requests,
+COUNTERS = {
+    "drafts": names.NUM_DRAFTS,
+    "draft_tokens": names.DRAFT_TOKENS,
+    "accepted_tokens": names.ACCEPTED_TOKENS,
+    "generation_tokens": names.GENERATION_TOKENS,
 }
-"""Measurements field -> query builder, for every single-number measurement."""
+"""Evidence field -> counter whose increase over the range the judge reads."""
+
+HISTOGRAMS = {
+    "token_latency": names.TIME_PER_OUTPUT_TOKEN,
+    "step_latency": names.INTER_TOKEN_LATENCY,
+    "ttft": names.TIME_TO_FIRST_TOKEN,
+}
+"""Evidence field -> histogram whose buckets the judge reads."""

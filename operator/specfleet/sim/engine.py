@@ -8,9 +8,14 @@ engine records them (`vllm/v1/metrics/stats.py`, `loggers.py`, `spec_decode/metr
   request's previous tokens), however many tokens the step emitted for it;
 - time to first token: when the request's prefill completes (arrival to end of that step);
 - e2e, queue, prefill, decode, inference time and mean time per output token: when the request finishes;
-- spec decode: per request per step that carried a draft, num_drafts += 1, num_draft_tokens += k,
-  num_accepted_tokens += n, accepted_per_pos[i] += 1 for i < n;
+- spec decode: per request per step that carried a draft, num_drafts += 1, num_draft_tokens += the
+  draft's length (k; for suffix decoding what its tree proposed), num_accepted_tokens += n,
+  accepted_per_pos[i] += 1 for i < n;
 - prompt tokens at the end of prefill, generation tokens for every emitted token.
+
+A request the client aborts is dropped the way `AsyncLLM.abort` drops it (`OutputProcessor.abort_requests`
+pops its state without `update_from_finished_request`): no `request_success_total` increment and none of
+the histograms observed at finish, while its tokens, TTFT and ITL observations up to the abort stay.
 """
 
 import math
@@ -43,7 +48,8 @@ DEFAULT_BUCKETS = {
 }
 
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
-"""vLLM's FinishReason values, in its order; every one is exposed from the start, at zero."""
+"""vLLM's FinishReason values, in its order; every one is exposed from the start, at zero. `abort` stays
+at zero for client aborts, which vLLM drops without counting."""
 LENGTH_LIMIT = 4
 """Clients ask for max_tokens = 4x the mean output; longer outputs end with finished_reason=length."""
 MAX_WAITING = 10_000
@@ -127,10 +133,20 @@ class EngineConfig:
     kv_capacity: int
     draft_cost: float
     parallel_drafting: bool
+    draft_pass_overhead: float
+    """Seconds of fixed cost per drafter pass (0 for lookup drafters)."""
     k: int
     schedule: tuple[tuple[int, int, int], ...]
-    rates: tuple[float, ...]
-    """Per-position conditional acceptance for positions 0..k-1 (empty without speculation)."""
+    acceptance: float
+    """Mean per-token acceptance over requests (alpha)."""
+    acceptance_spread: float
+    """Standard deviation of a request's acceptance around `acceptance` (Beta distributed)."""
+    decay: float
+    suffix_draft_tokens: float | None
+    """Mean draft length of a suffix-tree match; None for drafters that always propose k tokens."""
+    expectation: model.DraftExpectation | None
+    """What the spec-decode counters converge to per draft at the configured k (None without speculation);
+    steps that a batch-size schedule runs at a lower k are not in it."""
     propose_rate: float
     load: float
     prompt_tokens: int
@@ -143,14 +159,19 @@ class EngineConfig:
     max_model_len: int | None
 
     @property
+    def rates(self) -> tuple[float, ...]:
+        """Per-position conditional acceptance of a request with the mean acceptance (empty without speculation)."""
+        return model.position_acceptance(self.acceptance, self.decay, self.k)
+
+    @property
     def expected_acceptance_rate(self) -> float:
         """accepted / drafted as vLLM's counters will show it (NaN without speculation)."""
-        return model.draft_acceptance_rate(self.rates)
+        return self.expectation.acceptance_rate if self.expectation else math.nan
 
     @property
     def expected_tokens_per_draft(self) -> float:
         """Mean accepted length incl. the bonus token, as vLLM's dashboard computes it."""
-        return 1 + model.expected_accepted(self.rates)
+        return self.expectation.mean_acceptance_length if self.expectation else 1.0
 
 
 def configure(args: VllmArgs, params: Params, gpu: GpuProduct) -> EngineConfig:
@@ -161,8 +182,9 @@ def configure(args: VllmArgs, params: Params, gpu: GpuProduct) -> EngineConfig:
     spec = args.speculative
     tp = args.tensor_parallel_size
     drafter_weights: float | None = None
-    draft_cost = 0.0
-    rates: tuple[float, ...] = ()
+    draft_cost = draft_pass_overhead = 0.0
+    suffix_draft_tokens: float | None = None
+    expectation: model.DraftExpectation | None = None
     if spec is not None:
         if params.drafter_size_gib is not None:
             drafter_weights = params.drafter_size_gib * model.GIB
@@ -173,12 +195,18 @@ def configure(args: VllmArgs, params: Params, gpu: GpuProduct) -> EngineConfig:
             if params.draft_cost is not None
             else model.default_draft_cost(spec.method, weights, drafter_weights, tp, spec.draft_tp or tp)
         )
-        acceptance = (
-            params.acceptance
-            if params.acceptance_rate is None
-            else model.solve_acceptance(params.acceptance_rate, params.decay, spec.k)
+        if spec.method not in model.FREE_DRAFTERS:
+            draft_pass_overhead = params.draft_pass_overhead_ms / 1000
+        if spec.method == "suffix":
+            suffix_draft_tokens = params.suffix_draft_tokens
+        expectation = model.expected_drafts(
+            params.acceptance,
+            params.acceptance_spread,
+            params.decay,
+            spec.k,
+            model.draft_length_distribution(spec.k, suffix_draft_tokens),
+            params.propose_rate,
         )
-        rates = model.position_acceptance(acceptance or 0.0, params.decay, spec.k)
     return EngineConfig(
         hardware=model.Hardware(
             hbm_tbps=gpu.hbm_tbps,
@@ -194,9 +222,14 @@ def configure(args: VllmArgs, params: Params, gpu: GpuProduct) -> EngineConfig:
         ),
         draft_cost=draft_cost,
         parallel_drafting=spec is not None and (spec.parallel_drafting or spec.method in model.PARALLEL_DRAFTERS),
+        draft_pass_overhead=draft_pass_overhead,
         k=spec.k if spec else 0,
         schedule=spec.schedule if spec else (),
-        rates=rates,
+        acceptance=params.acceptance,
+        acceptance_spread=params.acceptance_spread,
+        decay=params.decay,
+        suffix_draft_tokens=suffix_draft_tokens,
+        expectation=expectation,
         propose_rate=params.propose_rate,
         load=params.load,
         prompt_tokens=params.prompt_tokens,
@@ -218,6 +251,8 @@ class _Request:
     """Tokens this request generates before it finishes (for error/abort: before it fails)."""
     reason: str
     prefill_left: int
+    rates: tuple[float, ...] = ()
+    """This request's per-position acceptance (its own alpha x decay^i), positions 0..k-1."""
     scheduled: float = 0.0
     first_token: float = 0.0
     last_token: float = 0.0
@@ -227,8 +262,8 @@ class _Request:
 @dataclass
 class _Step:
     end: float
-    k: int
-    decoding: list[_Request]
+    decoding: list[tuple[_Request, int]]
+    """Each decoding request with the length of the draft it verifies (0: no draft this step)."""
     prefill: list[tuple[_Request, int]]
 
 
@@ -249,10 +284,19 @@ class Engine:
         self._next_arrival = start + self._interarrival()
 
     def reconfigure(self, config: EngineConfig, now: float) -> None:
-        """Take new knobs from `now` on (call after `advance_to(now)`); arrivals restart at the new rate."""
-        if config.load != self.config.load:
-            self._next_arrival = now + self._interarrival(config.load)
+        """Take new knobs from `now` on (call after `advance_to(now)`); arrivals restart at the new rate.
+
+        A new acceptance applies to requests already in flight too (they draw their own acceptance again),
+        so the counters follow a scenario change from its moment on.
+        """
+        old = self.config
         self.config = config
+        if config.load != old.load:
+            self._next_arrival = now + self._interarrival(config.load)
+        acceptance = (config.k, config.acceptance, config.acceptance_spread, config.decay)
+        if acceptance != (old.k, old.acceptance, old.acceptance_spread, old.decay):
+            for request in (*self._running, *self._waiting):
+                request.rates = self._request_rates()
 
     def advance_to(self, t: float) -> None:
         """Run every engine step that ends by `t`; a step in flight at `t` finishes in a later call."""
@@ -298,7 +342,22 @@ class Engine:
         if draw < config.error_rate + config.abort_rate:
             reason = "error" if draw < config.error_rate else "abort"
             output = rng.randint(1, output)
-        return _Request(arrival=arrival, prompt=prompt, output=output, reason=reason, prefill_left=prompt)
+        return _Request(
+            arrival=arrival,
+            prompt=prompt,
+            output=output,
+            reason=reason,
+            prefill_left=prompt,
+            rates=self._request_rates(),
+        )
+
+    def _request_rates(self) -> tuple[float, ...]:
+        """A request's own per-position acceptance: its alpha drawn around the drafter's mean, then the decay."""
+        config = self.config
+        if not config.k:
+            return ()
+        alpha = model.draw_acceptance(self.rng, config.acceptance, config.acceptance_spread)
+        return model.position_acceptance(alpha, config.decay, config.k)
 
     def _plan(self, start: float) -> _Step:
         """Schedule one step at `start` as vLLM's scheduler would: admit, decode everyone, prefill in the budget."""
@@ -311,8 +370,8 @@ class Engine:
             request.scheduled = start
             self._running.append(request)
             self._kv_used += request.prompt
-        decoding = [r for r in self._running if r.prefill_left == 0]
         k = model.spec_tokens_for_batch(config.k, config.schedule, len(self._running)) if config.k else 0
+        decoding = [(r, self._draft_length(k)) for r in self._running if r.prefill_left == 0]
         budget = config.max_num_batched_tokens - len(decoding) * (1 + k)
         prefill = []
         for request in self._running:
@@ -324,15 +383,29 @@ class Engine:
             decode_requests=len(decoding),
             spec_tokens=k,
             prefill_tokens=sum(chunk for _, chunk in prefill),
-            context_tokens=sum(r.prompt + r.generated for r in decoding),
+            context_tokens=sum(r.prompt + r.generated for r, _ in decoding),
+            draft_tokens=sum(length for _, length in decoding),
         )
         seconds = model.step_seconds(
-            config.hardware, config.weights, config.kv_per_token, config.draft_cost, config.parallel_drafting, load
+            config.hardware,
+            config.weights,
+            config.kv_per_token,
+            config.draft_cost,
+            config.parallel_drafting,
+            load,
+            config.draft_pass_overhead,
         )
         self._update_gauges()
         return _Step(
-            end=start + seconds * model.noise_factor(self.rng, config.noise), k=k, decoding=decoding, prefill=prefill
+            end=start + seconds * model.noise_factor(self.rng, config.noise), decoding=decoding, prefill=prefill
         )
+
+    def _draft_length(self, k: int) -> int:
+        """Tokens one request's draft proposes this step: 0 when the drafter finds nothing (propose_rate), else
+        k, or for suffix decoding as far as its tree continues the match."""
+        if k == 0 or self.rng.random() >= self.config.propose_rate:
+            return 0
+        return model.draw_draft_length(self.rng, k, self.config.suffix_draft_tokens)
 
     def _finish(self, step: _Step) -> None:
         """Apply a step's outcome at its end: first tokens, drafts verified, tokens emitted, requests done."""
@@ -346,13 +419,12 @@ class Engine:
                 metrics.prompt_tokens += request.prompt
                 metrics.generation_tokens += 1
                 metrics.time_to_first_token.observe(end - request.arrival)
-        rates = self.config.rates[: step.k]
-        for request in step.decoding:
+        for request, length in step.decoding:
             emitted = 1
-            if rates and self.rng.random() < self.config.propose_rate:
-                accepted = model.accepted_count(self.rng, rates)
+            if length:
+                accepted = model.accepted_count(self.rng, request.rates[:length])
                 metrics.num_drafts += 1
-                metrics.num_draft_tokens += len(rates)
+                metrics.num_draft_tokens += length
                 metrics.num_accepted_tokens += accepted
                 for position in range(accepted):
                     metrics.accepted_per_position[position] += 1
@@ -373,6 +445,10 @@ class Engine:
         self._update_gauges()
 
     def _complete(self, request: _Request) -> None:
+        """A request leaves the engine; all but client aborts are counted and observed as vLLM does at finish."""
+        self._kv_used -= request.prompt + request.generated
+        if request.reason == "abort":
+            return
         metrics = self.metrics
         metrics.finished[request.reason] += 1
         metrics.e2e_latency.observe(request.last_token - request.arrival)
@@ -383,7 +459,6 @@ class Engine:
         tokens_after_first = request.generated - 1
         mean = (request.last_token - request.first_token) / tokens_after_first if tokens_after_first > 0 else 0.0
         metrics.time_per_output_token.observe(mean)
-        self._kv_used -= request.prompt + request.generated
 
     def _update_gauges(self) -> None:
         self.metrics.running = len(self._running)

@@ -7,9 +7,13 @@ Everything the simulator reports comes from these equations (see docs/simulator.
   compute time equals weight-streaming time) the pass grows with the number of tokens in it.
 - A speculative step runs the drafter (k sequential passes, or one for parallel drafters) and then one
   target pass that verifies B x (k + 1) tokens: cheap at small B, ruinous past the knee.
-- Draft token i is accepted, given that tokens 0..i-1 were, with probability a_i = a x decay^i
-  (Leviathan et al. 2023 is the case decay = 1); the first rejection ends the draft, and the target's
-  own next token (the bonus token) is always emitted.
+- Each request has its own per-token acceptance a_r, drawn from a Beta distribution with the scenario's
+  mean and spread (how well a drafter guesses depends on the prompt, and stays so for the request).
+  Draft token i is accepted, given that tokens 0..i-1 were, with probability a_r x decay^i (Leviathan
+  et al. 2023 is the case decay = 1); the first rejection ends the draft, and the target's own next
+  token (the bonus token) is always emitted.
+- Counters aggregate over drafts, not requests: a request that accepts more finishes in fewer steps,
+  so it contributes fewer drafts, and the measured acceptance is a draft-weighted mean.
 """
 
 import math
@@ -89,6 +93,77 @@ def position_acceptance(acceptance: float, decay: float, k: int) -> tuple[float,
     return tuple(min(1.0, acceptance * decay**i) for i in range(k))
 
 
+def spread_limit(mean: float) -> float:
+    """The widest spread (standard deviation) a Beta distribution with this mean can have: sqrt(m (1 - m))."""
+    return math.sqrt(max(0.0, mean * (1 - mean)))
+
+
+def beta_shape(mean: float, spread: float) -> tuple[float, float] | None:
+    """Beta(a, b) with this mean and standard deviation, or None when every request is the same (spread 0).
+
+    Mean m and variance s^2 give a + b = m (1 - m) / s^2 - 1, which must be positive: s < sqrt(m (1 - m)).
+    """
+    if spread == 0:
+        return None
+    total = mean * (1 - mean) / (spread * spread) - 1
+    if total <= 0:
+        raise ValueError(f"spread {spread} is too wide for mean {mean}: it must be below {spread_limit(mean):.4g}")
+    return mean * total, (1 - mean) * total
+
+
+def draw_acceptance(rng: random.Random, mean: float, spread: float) -> float:
+    """One request's per-token acceptance: a Beta draw around the drafter's mean (the mean itself at spread 0)."""
+    shape = beta_shape(mean, spread)
+    return mean if shape is None else rng.betavariate(*shape)
+
+
+def acceptance_grid(mean: float, spread: float, cells: int = 256) -> tuple[tuple[float, float], ...]:
+    """(acceptance, probability) pairs that stand for the Beta distribution of requests' acceptance.
+
+    Cell masses integrate the singular factor x^(a-1) (below 1/2) or (1-x)^(b-1) (above) exactly and take
+    the other factor at the cell's middle, so shapes below 1 (a density that is infinite at 0 or 1) stay
+    accurate without a special function library.
+    """
+    shape = beta_shape(mean, spread)
+    if shape is None:
+        return ((mean, 1.0),)
+    a, b = shape
+    masses = []
+    for cell in range(cells):
+        low, high = cell / cells, (cell + 1) / cells
+        middle = (low + high) / 2
+        if middle < 0.5:
+            mass = (high**a - low**a) / a * (1 - middle) ** (b - 1)
+        else:
+            mass = ((1 - low) ** b - (1 - high) ** b) / b * middle ** (a - 1)
+        masses.append((middle, mass))
+    total = sum(mass for _, mass in masses)
+    return tuple((value, mass / total) for value, mass in masses)
+
+
+def draft_length_distribution(k: int, mean_tokens: float | None) -> tuple[tuple[int, float], ...]:
+    """(draft length, probability) for one draft: always k, or 1 + a geometric count with this mean, capped at k.
+
+    The geometric case models suffix decoding, which proposes only as far as its suffix tree continues
+    the current match: each further token with probability 1 - 1 / mean_tokens.
+    """
+    if mean_tokens is None or k <= 1:
+        return ((k, 1.0),)
+    more = 1 - 1 / mean_tokens
+    lengths = [(n, (1 - more) * more ** (n - 1)) for n in range(1, k)]
+    return (*lengths, (k, more ** (k - 1)))
+
+
+def draw_draft_length(rng: random.Random, k: int, mean_tokens: float | None) -> int:
+    """One draft's length, from `draft_length_distribution`."""
+    if mean_tokens is None:
+        return k
+    more, length = 1 - 1 / mean_tokens, 1
+    while length < k and rng.random() < more:
+        length += 1
+    return length
+
+
 def expected_accepted(rates: Sequence[float]) -> float:
     """E[accepted draft tokens per draft] = sum over i of P(tokens 0..i all accepted)."""
     total, reach = 0.0, 1.0
@@ -113,22 +188,63 @@ def expected_tokens_per_step(acceptance: float, k: int) -> float:
     return (1 - acceptance ** (k + 1)) / (1 - acceptance)
 
 
-def solve_acceptance(rate: float, decay: float, k: int) -> float:
-    """The per-token acceptance `a` at which vLLM's counters would show `rate` for depth k (bisection).
+@dataclass(frozen=True)
+class DraftExpectation:
+    """What a pod's spec-decode counters converge to, per draft (the way vLLM aggregates them)."""
 
-    Lets a scenario state the number Prometheus will report. Capped at 1 when `rate` is out of reach
-    with this decay.
+    per_position: tuple[float, ...]
+    """accepted_per_pos[i] / num_drafts."""
+    draft_tokens: float
+    """num_draft_tokens / num_drafts: k, or less for drafters that propose fewer tokens."""
+
+    @property
+    def accepted(self) -> float:
+        """num_accepted_tokens / num_drafts."""
+        return sum(self.per_position)
+
+    @property
+    def acceptance_rate(self) -> float:
+        """num_accepted_tokens / num_draft_tokens, the dashboard's acceptance rate."""
+        return self.accepted / self.draft_tokens if self.draft_tokens else math.nan
+
+    @property
+    def mean_acceptance_length(self) -> float:
+        """1 + accepted per draft (the bonus token included), as vLLM's dashboard computes it."""
+        return 1 + self.accepted
+
+
+def expected_drafts(
+    acceptance: float,
+    spread: float,
+    decay: float,
+    k: int,
+    lengths: Sequence[tuple[int, float]],
+    propose_rate: float = 1.0,
+) -> DraftExpectation:
+    """The counters' per-draft means over requests whose acceptance is Beta(acceptance, spread).
+
+    Each request is weighted by its drafts per generated token, 1 / (1 + propose_rate x E[accepted]):
+    a request that accepts more needs fewer steps, so it contributes fewer drafts, and the counters'
+    position-0 rate falls below the mean acceptance when the spread is not 0. Ignores that the last
+    step of a request is cut at its length (a few tokens per request).
     """
-    low, high = 0.0, 1.0
-    if draft_acceptance_rate(position_acceptance(high, decay, k)) <= rate:
-        return high
-    for _ in range(60):
-        middle = (low + high) / 2
-        if draft_acceptance_rate(position_acceptance(middle, decay, k)) < rate:
-            low = middle
-        else:
-            high = middle
-    return (low + high) / 2
+    survive = [sum(p for n, p in lengths if n > position) for position in range(k)]
+    per_position = [0.0] * k
+    total_weight = 0.0
+    for value, probability in acceptance_grid(acceptance, spread):
+        reach, accepted, at = 1.0, 0.0, []
+        for position, rate in enumerate(position_acceptance(value, decay, k)):
+            reach *= rate
+            at.append(reach * survive[position])
+            accepted += at[-1]
+        weight = probability / (1 + propose_rate * accepted)
+        total_weight += weight
+        for position, share in enumerate(at):
+            per_position[position] += weight * share
+    return DraftExpectation(
+        per_position=tuple(share / total_weight for share in per_position),
+        draft_tokens=sum(n * p for n, p in lengths),
+    )
 
 
 def default_draft_cost(
@@ -153,12 +269,22 @@ def default_draft_cost(
 
 
 def spec_tokens_for_batch(k: int, schedule: Sequence[tuple[int, int, int]], batch: int) -> int:
-    """Speculation depth for a batch of `batch` requests: vLLM's `num_speculative_tokens_per_batch_size` rows
-    `(start, end, k)` with inclusive ranges, else the configured k."""
-    for start, end, depth in schedule:
-        if start <= batch <= end:
-            return depth
-    return k
+    """Speculation depth for a step of `batch` requests under `num_speculative_tokens_per_batch_size`.
+
+    As vLLM's `build_dynamic_sd_schedule_lookup` (vllm/v1/spec_decode/dynamic/utils.py) fills its table:
+    rows `(start, end, depth)` are inclusive ranges; a batch in a gap between ranges or past the last one
+    keeps the depth of the range before it; every depth is capped at the configured k. vLLM refuses a
+    schedule whose first range does not start at 1, so only batch 0 is below it, and an empty step
+    keeps k there too.
+    """
+    depth = k
+    for start, end, scheduled in sorted(schedule):
+        if batch < start:
+            break
+        depth = scheduled
+        if batch <= end:
+            break
+    return min(k, depth)
 
 
 @dataclass(frozen=True)
@@ -184,10 +310,19 @@ class StepLoad:
 
     decode_requests: int
     spec_tokens: int
-    """Draft tokens proposed per decoding request (k, or 0 without speculation)."""
+    """Speculation depth of the step (k from the schedule, or 0 without speculation): what the drafter runs."""
     prefill_tokens: int
     context_tokens: int
     """Context (prompt + generated) of the decoding requests: the KV cache the attention reads."""
+    draft_tokens: int | None = None
+    """Draft tokens the target verifies, when requests' drafts differ in length (a lookup found nothing, or
+    suffix decoding proposed fewer than k); None: every decoding request drafted spec_tokens."""
+
+    @property
+    def verified_tokens(self) -> int:
+        """Tokens in the target pass: one per decoding request, its draft tokens, and the prefill chunks."""
+        drafts = self.decode_requests * self.spec_tokens if self.draft_tokens is None else self.draft_tokens
+        return self.decode_requests + drafts + self.prefill_tokens
 
 
 def target_pass_seconds(hw: Hardware, weights: float, kv_per_token: float, load: StepLoad) -> float:
@@ -196,32 +331,42 @@ def target_pass_seconds(hw: Hardware, weights: float, kv_per_token: float, load:
     Compute per token is the weight-streaming time / knee, so the pass stays memory-bound until
     B x (k + 1) + prefill tokens reach the knee, and grows linearly after it.
     """
-    tokens = load.decode_requests * (1 + load.spec_tokens) + load.prefill_tokens
+    tokens = load.verified_tokens
     memory = hw.stream_seconds(weights + load.context_tokens * kv_per_token)
     compute = tokens * hw.stream_seconds(weights) / hw.knee_tokens
     return max(memory, compute)
 
 
-def draft_seconds(hw: Hardware, weights: float, draft_cost: float, parallel: bool, load: StepLoad) -> float:
+def draft_seconds(
+    hw: Hardware, weights: float, draft_cost: float, parallel: bool, load: StepLoad, pass_overhead: float = 0.0
+) -> float:
     """Drafting for the batch: k sequential passes of B tokens, or one pass of B x k tokens for parallel drafters.
 
-    Each pass costs draft_cost x a target weight stream, with the same roofline knee.
+    Each pass costs draft_cost x a target weight stream, with the same roofline knee, plus a fixed
+    `pass_overhead` (kernel launches, the drafter's sampling) that bytes do not account for.
     """
-    if load.spec_tokens == 0 or load.decode_requests == 0 or draft_cost == 0:
+    if load.spec_tokens == 0 or load.decode_requests == 0 or (draft_cost == 0 and pass_overhead == 0):
         return 0.0
     passes, tokens_per_pass = (
         (1, load.decode_requests * load.spec_tokens) if parallel else (load.spec_tokens, load.decode_requests)
     )
-    return passes * draft_cost * hw.stream_seconds(weights) * max(1.0, tokens_per_pass / hw.knee_tokens)
+    streaming = draft_cost * hw.stream_seconds(weights) * max(1.0, tokens_per_pass / hw.knee_tokens)
+    return passes * (streaming + pass_overhead)
 
 
 def step_seconds(
-    hw: Hardware, weights: float, kv_per_token: float, draft_cost: float, parallel: bool, load: StepLoad
+    hw: Hardware,
+    weights: float,
+    kv_per_token: float,
+    draft_cost: float,
+    parallel: bool,
+    load: StepLoad,
+    pass_overhead: float = 0.0,
 ) -> float:
     """Wall time of one engine step before noise: draft + verify + fixed overhead."""
     return (
         target_pass_seconds(hw, weights, kv_per_token, load)
-        + draft_seconds(hw, weights, draft_cost, parallel, load)
+        + draft_seconds(hw, weights, draft_cost, parallel, load, pass_overhead)
         + hw.overhead_seconds
     )
 

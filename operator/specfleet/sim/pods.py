@@ -5,6 +5,7 @@ a pod template rendered by `specfleet.render.manifests`.
 """
 
 import json
+import math
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
@@ -20,6 +21,20 @@ SUFFIX_DEFAULT_DEPTH = 24
 """vLLM sets k to suffix_decoding_max_tree_depth (24) when a suffix config gives none."""
 BUCKET_FAMILIES = ("inter_token_latency", "time_to_first_token", "request_latency")
 """The `--custom-histogram-buckets` families of the histograms the simulator exposes."""
+VLLM_BUCKET_FAMILIES = frozenset(
+    {
+        "request_latency",
+        "time_to_first_token",
+        "inter_token_latency",
+        "iteration_tokens",
+        "request_params_n",
+        "request_num_preemptions",
+        "request_tokens",
+        "kv_cache_residency",
+    }
+)
+"""Every family vLLM 0.32.0 accepts (`BucketFamilyKey` in vllm/v1/metrics/buckets.py); any other key
+makes `vllm serve` refuse to start."""
 
 
 class PodArgsError(ValueError):
@@ -152,10 +167,7 @@ def parse_speculative_config(text: str) -> SpeculativeArgs:
     method = str(config.get("method") or _infer_method(config))
     default_depth = int(config.get("suffix_decoding_max_tree_depth", SUFFIX_DEFAULT_DEPTH)) if method == "suffix" else 1
     k = int(config.get("num_speculative_tokens") or default_depth)
-    schedule = tuple(
-        (int(start), int(end), min(k, int(depth)))
-        for start, end, depth in config.get("num_speculative_tokens_per_batch_size") or ()
-    )
+    schedule = parse_schedule(config.get("num_speculative_tokens_per_batch_size"), k)
     model = config.get("model")
     draft_tp = config.get("draft_tensor_parallel_size")
     return SpeculativeArgs(
@@ -168,8 +180,43 @@ def parse_speculative_config(text: str) -> SpeculativeArgs:
     )
 
 
+def parse_schedule(rows: Any, k: int) -> tuple[tuple[int, int, int], ...]:
+    """`num_speculative_tokens_per_batch_size` -> sorted (start, end, depth) rows, depths capped at k.
+
+    Checked as vLLM's scheduler checks it at start-up (`validate_and_normalize_dynamic_sd_schedule`,
+    vllm/v1/spec_decode/dynamic/utils.py): positive inclusive ranges, non-overlapping, the first one
+    starting at 1, depths >= 0. A pod with a schedule vLLM refuses would never serve.
+    """
+    if rows is None:
+        return ()
+    prefix = "--speculative-config: num_speculative_tokens_per_batch_size"
+    if not isinstance(rows, list) or not rows:
+        raise PodArgsError(f"{prefix} must be a non-empty list of [start, end, num_speculative_tokens]")
+    parsed = []
+    for row in rows:
+        if not isinstance(row, list | tuple) or len(row) != 3:
+            raise PodArgsError(f"{prefix}: each entry must be [start, end, num_speculative_tokens], not {row!r}")
+        start, end, depth = (int(value) for value in row)
+        if start <= 0 or end <= 0 or start > end or depth < 0:
+            raise PodArgsError(f"{prefix}: {row!r} needs 1 <= start <= end and num_speculative_tokens >= 0")
+        parsed.append((start, end, depth))
+    parsed.sort()
+    for (_, previous_end, _), (start, _, _) in pairwise(parsed):
+        if start <= previous_end:
+            raise PodArgsError(f"{prefix}: batch-size ranges overlap")
+    if parsed[0][0] != 1:
+        raise PodArgsError(f"{prefix}: the first batch-size range must start at 1")
+    return tuple((start, end, min(k, depth)) for start, end, depth in parsed)
+
+
 def parse_histogram_buckets(text: str) -> dict[str, tuple[float, ...]]:
-    """`--custom-histogram-buckets` JSON -> bounds per family the simulator exposes, checked as vLLM checks them."""
+    """`--custom-histogram-buckets` JSON -> bounds per family the simulator exposes, checked as vLLM checks them.
+
+    vLLM (`ObservabilityConfig._validate_custom_histogram_buckets`, vllm/config/observability.py, 0.32.0)
+    refuses unknown families and lists that are empty, hold booleans, non-finite or non-positive bounds,
+    or are not strictly increasing; the messages here are vLLM's. Families vLLM knows but the simulator
+    does not expose (iteration_tokens, ...) are checked, then ignored.
+    """
     try:
         overrides = json.loads(text)
     except json.JSONDecodeError as error:
@@ -177,12 +224,26 @@ def parse_histogram_buckets(text: str) -> dict[str, tuple[float, ...]]:
     if not isinstance(overrides, dict):
         raise PodArgsError(f"{ITL_BUCKETS_FLAG} is not a JSON object")
     buckets = {}
-    for family in BUCKET_FAMILIES:
-        if family in overrides:
-            bounds = tuple(float(b) for b in overrides[family])
-            if not bounds or any(b <= 0 for b in bounds) or any(a >= b for a, b in pairwise(bounds)):
-                raise PodArgsError(f"{ITL_BUCKETS_FLAG}: {family} bounds must be positive and strictly increasing")
-            buckets[family] = bounds
+    for family, bounds in overrides.items():
+        where = f"{ITL_BUCKETS_FLAG}: custom_histogram_buckets[{family!r}]"
+        if family not in VLLM_BUCKET_FAMILIES:
+            raise PodArgsError(
+                f"{ITL_BUCKETS_FLAG}: custom_histogram_buckets: unknown bucket family {family!r};"
+                f" known families: {sorted(VLLM_BUCKET_FAMILIES)}"
+            )
+        if not isinstance(bounds, list):
+            raise PodArgsError(f"{where}: must be a list of numbers")
+        if not bounds:
+            raise PodArgsError(f"{where}: bucket list must not be empty")
+        for bound in bounds:
+            if isinstance(bound, bool) or not isinstance(bound, int | float):
+                raise PodArgsError(f"{where}: bound {bound!r} must be a number, not a {type(bound).__name__}")
+            if not math.isfinite(bound) or bound <= 0:
+                raise PodArgsError(f"{where}: bound {bound!r} must be finite and greater than 0")
+        if any(a >= b for a, b in pairwise(bounds)):
+            raise PodArgsError(f"{where}: bounds {bounds} must be strictly increasing")
+        if family in BUCKET_FAMILIES:
+            buckets[family] = tuple(float(bound) for bound in bounds)
     return buckets
 
 

@@ -5,6 +5,9 @@
       - {target: "meta-llama/Llama-3.1-8B*", drafter: "yuhuili/EAGLE3-*", acceptance: 0.8}
       - {target: "*", drafter: ngram, acceptance: 0.5, propose_rate: 0.6}
 
+A scenario states what a user's drafter has (its per-token acceptance, the spread of that across
+requests, its cost) and the load; never the number Prometheus should show, which the simulation yields.
+
 A pod takes the defaults, overridden by the first pair that matches it. `target` matches the model
 argument or the served model name, `drafter` the draft model or the speculative method (so ngram, suffix
 and mtp drafters are matched by method), `none` when the pod does not speculate. Globs are fnmatch
@@ -13,15 +16,19 @@ patterns, compared case-insensitively.
 
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Annotated, Any, Self
+from typing import Annotated, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from specfleet.sim import model
 
 NO_DRAFTER = "none"
 
 Fraction = Annotated[float, Field(ge=0.0, le=1.0)]
 Positive = Annotated[float, Field(gt=0.0)]
+Spread = Annotated[float, Field(ge=0.0, lt=0.5)]
+"""A standard deviation of values in [0, 1]: below 1/2, and below sqrt(mean (1 - mean)) for a given mean."""
 
 
 class ScenarioError(ValueError):
@@ -34,15 +41,19 @@ class Knobs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     acceptance: Fraction | None = None
-    """Per-token acceptance a of draft position 0, given nothing before it was rejected (the papers' alpha)."""
-    acceptance_rate: Fraction | None = None
-    """Alternative to `acceptance`: the accepted / drafted ratio vLLM's counters should show at the pod's k."""
+    """Mean per-token acceptance a of draft position 0 over requests (the papers' alpha)."""
+    acceptance_spread: Spread | None = None
+    """Standard deviation of the per-request acceptance (Beta distributed): prompts differ; 0 = all alike."""
     decay: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
-    """Position i is accepted with acceptance x decay^i."""
+    """Position i of a request with acceptance a_r is accepted with a_r x decay^i."""
     propose_rate: Fraction | None = None
     """Share of decode steps in which a request gets a draft at all (n-gram lookups often find none)."""
+    suffix_draft_tokens: Annotated[float, Field(ge=1.0)] | None = None
+    """Suffix decoding only: mean tokens a suffix-tree match proposes (geometric, capped at k)."""
     draft_cost: Annotated[float, Field(ge=0.0)] | None = None
     """One drafter pass / one target decode pass; default from the sizes or the method."""
+    draft_pass_overhead_ms: Annotated[float, Field(ge=0.0)] | None = None
+    """Fixed cost of each drafter pass besides its weights (launches, the drafter's sampling); 0 for lookups."""
     target_size_gib: Positive | None = None
     """Target weights, when the model name does not say (`70B`) or is quantized in a way we cannot see."""
     drafter_size_gib: Positive | None = None
@@ -65,19 +76,27 @@ class Knobs(BaseModel):
     step_overhead_ms: Annotated[float, Field(ge=0.0)] | None = None
     """Fixed cost of every engine step (scheduling, sampling, launches)."""
 
-    @model_validator(mode="after")
-    def _one_acceptance(self) -> Self:
-        if self.acceptance is not None and self.acceptance_rate is not None:
-            raise ValueError("set either acceptance or acceptance_rate, not both")
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _no_acceptance_rate(cls, data: Any) -> Any:
+        """The removed `acceptance_rate` knob gets a message saying what to state instead."""
+        if isinstance(data, dict) and "acceptance_rate" in data:
+            raise ValueError(
+                "acceptance_rate is not a knob: state the drafter's per-token acceptance (alpha) as `acceptance`;"
+                " the accepted/drafted ratio vLLM shows follows from it, k and the load"
+            )
+        return data
 
 
 class Defaults(Knobs):
     """Values for every knob a matching pair leaves unset."""
 
     acceptance: Fraction | None = 0.7
+    acceptance_spread: Spread | None = 0.1
     decay: Annotated[float, Field(gt=0.0, le=1.0)] | None = 1.0
     propose_rate: Fraction | None = 1.0
+    suffix_draft_tokens: Annotated[float, Field(ge=1.0)] | None = 6.0
+    draft_pass_overhead_ms: Annotated[float, Field(ge=0.0)] | None = 0.2
     load: Annotated[float, Field(ge=0.0)] | None = 4.0
     prompt_tokens: Annotated[int, Field(ge=1)] | None = 512
     output_tokens: Annotated[int, Field(ge=1)] | None = 256
@@ -87,14 +106,6 @@ class Defaults(Knobs):
     knee_tokens: Positive | None = 192.0
     bandwidth_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = 0.7
     step_overhead_ms: Annotated[float, Field(ge=0.0)] | None = 1.0
-
-    @model_validator(mode="before")
-    @classmethod
-    def _acceptance_rate_replaces_acceptance(cls, data: Any) -> Any:
-        """`defaults: {acceptance_rate: 0.6}` must not clash with the built-in default acceptance."""
-        if isinstance(data, dict) and data.get("acceptance_rate") is not None and "acceptance" not in data:
-            return {**data, "acceptance": None}
-        return data
 
 
 class Pair(Knobs):
@@ -131,15 +142,17 @@ class PodIdentity:
 
 @dataclass(frozen=True)
 class Params:
-    """Every knob, resolved for one pod. `acceptance` xor `acceptance_rate` is set."""
+    """Every knob, resolved for one pod."""
 
     matched: int | None
     """Index of the pair that matched, None for the defaults alone."""
-    acceptance: float | None
-    acceptance_rate: float | None
+    acceptance: float
+    acceptance_spread: float
     decay: float
     propose_rate: float
+    suffix_draft_tokens: float
     draft_cost: float | None
+    draft_pass_overhead_ms: float
     target_size_gib: float | None
     drafter_size_gib: float | None
     load: float
@@ -173,10 +186,7 @@ def resolve(scenario: Scenario, pod: PodIdentity) -> Params:
     matched = next((index for index, pair in enumerate(scenario.pairs) if matches(pair, pod)), None)
     if matched is not None:
         pair = scenario.pairs[matched]
-        overrides = pair.model_dump(include=set(Knobs.model_fields), exclude_none=True)
-        if "acceptance" in overrides or "acceptance_rate" in overrides:
-            values["acceptance"] = values["acceptance_rate"] = None
-        values.update(overrides)
+        values.update(pair.model_dump(include=set(Knobs.model_fields), exclude_none=True))
     return Params(matched=matched, **values)
 
 
@@ -185,6 +195,24 @@ def _location(loc: tuple[int | str, ...]) -> str:
     for part in loc:
         text += f"[{part}]" if isinstance(part, int) else f".{part}" if text else str(part)
     return text or "document"
+
+
+def _check_combined(where: str, defaults: Defaults, knobs: Knobs) -> None:
+    """Checks of knobs that only make sense together, on the values a pod matching `knobs` would get."""
+
+    def value(name: str) -> float:
+        own = getattr(knobs, name)
+        return getattr(defaults, name) if own is None else own
+
+    if value("error_rate") + value("abort_rate") > 1:
+        raise ScenarioError(f"{where}: error_rate + abort_rate is more than 1 (with the defaults)")
+    acceptance, spread = value("acceptance"), value("acceptance_spread")
+    if spread > 0 and spread >= model.spread_limit(acceptance):
+        raise ScenarioError(
+            f"{where}.acceptance_spread: {spread} is too wide for acceptance {acceptance} (with the defaults): "
+            f"requests' acceptance stays within [0, 1] only if acceptance_spread^2 < acceptance x (1 - acceptance),"
+            f" i.e. acceptance_spread < {model.spread_limit(acceptance):.4g}; 0 makes every request alike"
+        )
 
 
 def parse_scenario(data: Any) -> Scenario:
@@ -201,18 +229,10 @@ def parse_scenario(data: Any) -> Scenario:
                 message = "unknown field"
             lines.append(f"{_location(tuple(item['loc']))}: {message}")
         raise ScenarioError("; ".join(lines)) from None
-    defaults = scenario.defaults
-    effective = [("defaults", defaults.error_rate, defaults.abort_rate)] + [
-        (
-            f"pairs[{index}]",
-            defaults.error_rate if pair.error_rate is None else pair.error_rate,
-            defaults.abort_rate if pair.abort_rate is None else pair.abort_rate,
-        )
-        for index, pair in enumerate(scenario.pairs)
-    ]
-    for where, error_rate, abort_rate in effective:
-        if (error_rate or 0.0) + (abort_rate or 0.0) > 1:
-            raise ScenarioError(f"{where}: error_rate + abort_rate is more than 1 (with the defaults)")
+    for where, knobs in [("defaults", scenario.defaults)] + [
+        (f"pairs[{index}]", pair) for index, pair in enumerate(scenario.pairs)
+    ]:
+        _check_combined(where, scenario.defaults, knobs)
     return scenario
 
 

@@ -321,8 +321,15 @@ class Simulator:
         spec = info.args.speculative
         single = model.StepLoad(decode_requests=1, spec_tokens=config.k, prefill_tokens=0, context_tokens=0)
         step = model.step_seconds(
-            config.hardware, config.weights, config.kv_per_token, config.draft_cost, config.parallel_drafting, single
+            config.hardware,
+            config.weights,
+            config.kv_per_token,
+            config.draft_cost,
+            config.parallel_drafting,
+            single,
+            config.draft_pass_overhead,
         )
+        expectation = config.expectation
         return {
             "namespace": info.namespace,
             "pod": info.name,
@@ -337,10 +344,15 @@ class Simulator:
             "drafter": spec.model if spec else None,
             "k": config.k,
             "matched_pair": pod.matched,
+            "acceptance": config.acceptance if spec else None,
+            "acceptance_spread": config.acceptance_spread if spec else None,
             "per_position_acceptance": list(config.rates),
-            "expected_acceptance_rate": None if not config.rates else config.expected_acceptance_rate,
+            "expected_per_position_acceptance": list(expectation.per_position) if expectation else [],
+            "expected_draft_tokens": expectation.draft_tokens if expectation else None,
+            "expected_acceptance_rate": expectation.acceptance_rate if expectation else None,
             "expected_mean_acceptance_length": config.expected_tokens_per_draft,
             "draft_cost": config.draft_cost,
+            "draft_pass_overhead_seconds": config.draft_pass_overhead,
             "single_request_step_seconds": step,
             "load": config.load,
         }

@@ -1,0 +1,147 @@
+"""Confidence bounds for the canary judge: binomial counts and quantiles of binned (histogram) data. Pure.
+
+The judge looks at a live canary again and again. A fixed-level test repeated at every look would fail
+a healthy canary sooner or later, so look n is tested at `look_error(n)` = error / (n (n + 1)): the sum
+over all looks is `error`, and by the union bound the chance that *any* look fails an unchanged canary
+stays within it, however many looks there are and however much their windows overlap (an anytime-valid
+test in its simplest form; Lindon et al. 2022 get tighter bounds from mixtures of cumulative evidence).
+"""
+
+import math
+from bisect import bisect_left
+from dataclasses import dataclass
+from statistics import NormalDist
+
+_NORMAL = NormalDist()
+
+
+def look_error(error: float, look: int) -> float:
+    """The false-failure probability spent at look `look` (1-based): all looks together spend `error`."""
+    return error / (look * (look + 1))
+
+
+def z_score(error: float) -> float:
+    """One-sided normal quantile: P(Z > z) = error."""
+    return _NORMAL.inv_cdf(1 - error)
+
+
+def wilson_bounds(successes: float, trials: float, z: float) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (well-behaved near 0 and 1, unlike the Wald interval).
+
+    `trials` may be an effective (fractional) count; with no trials the bounds are (0, 1).
+    """
+    if trials <= 0:
+        return 0.0, 1.0
+    p = min(1.0, max(0.0, successes / trials))
+    z2 = z * z
+    centre = (p + z2 / (2 * trials)) / (1 + z2 / trials)
+    half = z * math.sqrt(p * (1 - p) / trials + z2 / (4 * trials * trials)) / (1 + z2 / trials)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass(frozen=True)
+class Binned:
+    """A Prometheus histogram over a range: cumulative counts at each finite upper bound `le`, then +Inf.
+
+    Cumulative counts at a bound do not depend on the other bounds, so two layouts are compared exactly
+    on the bounds they share (`on`).
+    """
+
+    bounds: tuple[float, ...]
+    cumulative: tuple[float, ...]
+    """len(bounds) + 1 values, non-decreasing; the last is the +Inf bucket, i.e. the total."""
+
+    @classmethod
+    def from_buckets(cls, buckets: dict[float, float]) -> "Binned | None":
+        """`{le: cumulative count}` as Prometheus answers `sum by (le) (increase(x_bucket[r]))`; None without +Inf.
+
+        Counts are made monotone (a scrape racing a counter can break it by a fraction).
+        """
+        if math.inf not in buckets:
+            return None
+        bounds = tuple(sorted(b for b in buckets if math.isfinite(b)))
+        running, cumulative = 0.0, []
+        for bound in (*bounds, math.inf):
+            running = max(running, max(0.0, buckets[bound]))
+            cumulative.append(running)
+        return cls(bounds, tuple(cumulative))
+
+    @property
+    def total(self) -> float:
+        return self.cumulative[-1]
+
+    def on(self, bounds: tuple[float, ...]) -> "Binned":
+        """The same observations on a subset of this layout's bounds."""
+        index = {b: i for i, b in enumerate(self.bounds)}
+        return Binned(bounds, (*tuple(self.cumulative[index[b]] for b in bounds), self.total))
+
+    def value_at(self, probability: float) -> float:
+        """The value below which `probability` of the observations lie, interpolated linearly inside a bucket
+        from its lower bound (0 for the first) as `histogram_quantile` does. +Inf beyond the last finite bound.
+        """
+        if probability <= 0:
+            return 0.0
+        if probability > 1:
+            return math.inf
+        rank = probability * self.total
+        i = bisect_left(self.cumulative, rank)
+        if i >= len(self.bounds):
+            return math.inf
+        lower = self.bounds[i - 1] if i > 0 else 0.0
+        below = self.cumulative[i - 1] if i > 0 else 0.0
+        inside = self.cumulative[i] - below
+        if inside <= 0:
+            return self.bounds[i]
+        return lower + (self.bounds[i] - lower) * (rank - below) / inside
+
+    def bucket_of(self, value: float) -> tuple[float, float]:
+        """The (lower, upper] bounds of the bucket holding `value`."""
+        i = bisect_left(self.bounds, value)
+        lower = self.bounds[i - 1] if i > 0 else 0.0
+        return lower, self.bounds[i] if i < len(self.bounds) else math.inf
+
+
+def common_bounds(a: Binned, b: Binned) -> tuple[float, ...]:
+    """Bounds both layouts have: the finest layout on which the two tracks are judged like with like."""
+    return tuple(sorted(set(a.bounds) & set(b.bounds)))
+
+
+@dataclass(frozen=True)
+class QuantileBounds:
+    estimate: float
+    lower: float
+    upper: float
+
+
+def quantile_bounds(data: Binned, q: float, z: float, samples: float | None = None) -> QuantileBounds:
+    """Point estimate and one-sided bounds (each at the level of `z`) of the q-quantile.
+
+    The count of observations below the true quantile is binomial(n, q), so the bound is where the
+    empirical CDF reaches q -/+ z sqrt(q (1 - q) / n) (distribution-free; the position inside a bucket
+    is interpolated). `samples` is the number of independent observations when it is smaller than the
+    count (observations that share a cause); the upper bound is +Inf when n is too small to bound it.
+    """
+    n = data.total if samples is None else min(samples, data.total)
+    if n <= 0:
+        return QuantileBounds(math.nan, 0.0, math.inf)
+    spread = z * math.sqrt(q * (1 - q) / n)
+    return QuantileBounds(data.value_at(q), data.value_at(q - spread), data.value_at(q + spread))
+
+
+def log_quantile_se(data: Binned, q: float, spread: float = 0.02) -> float:
+    """Standard error of log(q-quantile) by the delta method: sqrt(q (1 - q) / n) x Q'(q) / Q(q).
+
+    The slope Q' of the quantile function is read from the binned CDF over q -/+ `spread`, so a
+    distribution with a long tail above q gets a wide error. +Inf when the data cannot say.
+    """
+    n = data.total
+    estimate, below, above = data.value_at(q), data.value_at(q - spread), data.value_at(q + spread)
+    if n <= 0 or not 0 < estimate < math.inf or not math.isfinite(above):
+        return math.inf
+    slope = (above - below) / (2 * spread)
+    return math.sqrt(q * (1 - q) / n) * slope / estimate
+
+
+def requests_to_bound(q: float, z: float) -> int:
+    """Fewest observations for which the upper bound of the q-quantile is finite (q + z sd < 1)."""
+    return math.floor(z * z * q * (1 - q) / (1 - q) ** 2) + 1
