@@ -2,9 +2,11 @@
 
 Runs on a dev cluster of its own with the real Prometheus (5 s scrape), the simulator and the operator:
 - `--trials` fleets whose canary uses a drafter that turns bad at t0 (the simulator's scenario is
-  replaced): time from t0 until the fleet's Service no longer selects the canary;
-- `--trials` A/A fleets (the canary differs only by an environment variable, same drafter, noise on):
-  how many are rolled back during the observation time.
+  replaced: per-token acceptance alpha 0.8 -> 0.3): time from t0 until the fleet's Service no longer
+  selects the canary. Their analysis window is short (`--window`), as for a fleet that wants fast
+  rollbacks: its acceptance is judged on every analysis, its latency rarely (too few requests);
+- `--trials` A/A fleets (the canary differs only by an environment variable, same drafter, noise on),
+  judged on every guardrail over `--aa-window`: how many are rolled back during the observation time.
 
     python benchmarks/time_to_rollback.py --trials 20
 
@@ -28,30 +30,28 @@ import yaml
 from benchkit import GROUP, PLURAL, VERSION, cluster_with_crd, free_port, one_replica_fleet, percentile
 
 GOOD = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
-SCENARIO: dict[str, Any] = {"defaults": {"acceptance_rate": 0.72, "load": 6.0, "output_tokens": 128, "noise": 0.05}}
-BREACH = {**SCENARIO, "pairs": [{"target": "*", "drafter": "victim/*", "acceptance_rate": 0.3}]}
+SCENARIO: dict[str, Any] = {"defaults": {"acceptance": 0.8, "load": 6.0, "output_tokens": 128, "noise": 0.05}}
+BREACH = {**SCENARIO, "pairs": [{"target": "*", "drafter": "victim/*", "acceptance": 0.3}]}
 
 
-def rollout(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        "steps": [{"weight": 50, "pause": {"duration": "2h"}}],
-        "analysis": {"interval": args.interval, "window": args.window, "failureLimit": args.failure_limit},
-        "guardrails": {"minDraftTokens": 200, "minRequests": 10},
-    }
-
-
-def fleet(name: str, drafter: str, args: argparse.Namespace) -> dict[str, Any]:
+def fleet(name: str, drafter: str, window: str, args: argparse.Namespace) -> dict[str, Any]:
     speculative = {"method": "eagle3", "model": drafter, "revision": "main", "numSpeculativeTokens": 4}
-    return one_replica_fleet(name, speculative, rollout=rollout(args))
+    rollout = {
+        "steps": [{"weight": 50, "pause": {"duration": "2h"}}],
+        "analysis": {"interval": args.interval, "window": window, "failureLimit": args.failure_limit},
+        "guardrails": {"minDraftTokens": 200, "minRequests": 20},
+    }
+    return one_replica_fleet(name, speculative, rollout=rollout)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--state-dir", type=Path, default=Path(tempfile.gettempdir()) / "specfleet-rollback-bench")
-    parser.add_argument("--interval", default="5s", help="rollout.analysis.interval")
-    parser.add_argument("--window", default="30s", help="rollout.analysis.window")
-    parser.add_argument("--failure-limit", type=int, default=1)
+    parser.add_argument("--interval", default="3s", help="rollout.analysis.interval")
+    parser.add_argument("--window", default="10s", help="rollout.analysis.window of the breach fleets")
+    parser.add_argument("--aa-window", default="60s", help="rollout.analysis.window of the A/A fleets")
+    parser.add_argument("--failure-limit", type=int, default=0)
     parser.add_argument("--observe-seconds", type=float, default=300.0, help="A/A observation after the breach")
     args = parser.parse_args()
 
@@ -80,9 +80,13 @@ def main() -> None:
     aa_names = [f"aa-{i:02d}" for i in range(args.trials)]
     try:
         for name in breach_names:
-            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, fleet(name, GOOD, args))
+            custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, fleet(name, GOOD, args.window, args)
+            )
         for name in aa_names:
-            custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, fleet(name, GOOD, args))
+            custom.create_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, fleet(name, GOOD, args.aa_window, args)
+            )
 
         def statuses() -> dict[str, dict[str, Any]]:
             items = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
@@ -106,9 +110,18 @@ def main() -> None:
             custom.patch_namespaced_custom_object(
                 GROUP, VERSION, namespace, PLURAL, name, {"spec": {"engine": {"env": [{"name": "AA", "value": "1"}]}}}
             )
+
+        def judged_good(status: dict[str, Any], name: str) -> bool:
+            """A/A: a Pass. Breach fleets (short window): acceptance measured good and nothing failed."""
+            analysis = status.get("lastAnalysis") or {}
+            if name in aa_names:
+                return analysis.get("verdict") == "Pass"
+            alpha = (analysis.get("canary") or {}).get("acceptanceAlpha")
+            return analysis.get("verdict") in ("Pass", "Inconclusive") and alpha is not None and alpha > 0.7
+
         wait(
-            "every canary to pass an analysis",
-            lambda s: all((v.get("lastAnalysis") or {}).get("verdict") == "Pass" for v in s.values()),
+            "every canary to be judged good",
+            lambda s: all(judged_good(v, n) for n, v in s.items()),
             timeout=900,
         )
 
@@ -137,8 +150,9 @@ def main() -> None:
                 "scrape_interval": "5s",
                 "analysis_interval": args.interval,
                 "analysis_window": args.window,
+                "a_a_analysis_window": args.aa_window,
                 "failure_limit": args.failure_limit,
-                "breach": "canary drafter acceptance 0.72 -> 0.30 at t0",
+                "breach": "canary drafter per-token acceptance alpha 0.8 -> 0.3 at t0",
                 "observe_seconds": args.observe_seconds,
             },
             "time_to_no_canary_traffic_seconds": {

@@ -19,5 +19,5 @@ def test_the_demo_plays_its_three_acts(dev_cluster: ClusterInfo) -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summary = result.stdout.split(" summary ", 1)[1].split("\n", 1)[1]  # the lines after the summary rule
     assert [line.split()[0] for line in summary.strip().splitlines()[:3]] == ["Healthy", "Promoted", "RolledBack"]
-    assert "acceptance rate" in result.stdout  # the rollback's evidence is printed
+    assert "acceptance alpha" in result.stdout and "upper bound < 0.60" in result.stdout  # the evidence, with its bound
     assert "left running" in result.stdout  # it reused the session's cluster and left it up

@@ -180,12 +180,18 @@ def httproute_crd(dev_cluster: ClusterInfo) -> None:
     crd = Path(json.loads(download.stdout)["Dir"]) / "config/crd/standard/gateway.networking.k8s.io_httproutes.yaml"
     kubectl = [str(dev_cluster.kubectl), "--kubeconfig", str(dev_cluster.kubeconfig)]
     subprocess.run([*kubectl, "apply", "--server-side", "-f", str(crd)], check=True, capture_output=True, timeout=60)
-    subprocess.run(
-        [*kubectl, "wait", "--for=condition=Established", "crd/httproutes.gateway.networking.k8s.io"],
-        check=True,
-        capture_output=True,
-        timeout=90,
-    )
+    established = "jsonpath={.status.conditions[?(@.type=='Established')].status}"
+
+    def is_established() -> bool:  # `kubectl wait` errors out while .status.conditions is still null
+        got = subprocess.run(
+            [*kubectl, "get", "crd/httproutes.gateway.networking.k8s.io", "-o", established],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        return got.stdout.strip() == "True"
+
+    wait_for("the HTTPRoute CRD to be Established", is_established, timeout=90)
 
 
 def backend_weights(fleet: Fleet) -> dict[str, int]:
