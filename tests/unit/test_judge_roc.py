@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
 
-import judge_roc  # noqa: E402
+import judge_roc
 
 LOAD = 12.0
 
