@@ -6,6 +6,7 @@ No mocks and no sleeps as assertions: every wait polls the real API with a deadl
 import json
 import os
 import subprocess
+import sys
 import time
 import urllib.parse
 import urllib.request
@@ -225,6 +226,25 @@ def test_kubectl_and_helm_are_the_pinned_versions(dev_cluster: cluster.ClusterIn
         [str(dev_cluster.helm), "version", "--short"], capture_output=True, text=True, check=True
     ).stdout
     assert helm.startswith(HELM_VERSION)
+
+
+def test_dev_env_gives_a_new_shell_the_pinned_kubectl_helm_and_the_plugin(dev_cluster: cluster.ClusterInfo) -> None:
+    """As a newcomer's shell: only the system directories on PATH (the machine's kubectl, if any, is older)."""
+    specfleet = Path(sys.executable).with_name("specfleet")
+
+    def in_new_shell(command: str) -> subprocess.CompletedProcess[str]:
+        script = f'eval "$({specfleet} dev env --state-dir {dev_cluster.state_dir})" && {command}'
+        shell = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root")}
+        done = subprocess.run(["bash", "-c", script], env=shell, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done
+
+    found = in_new_shell("command -v kubectl helm kubectl-specfleet").stdout.split()
+    assert [Path(p) for p in found] == [dev_cluster.kubectl, dev_cluster.helm, specfleet.with_name("kubectl-specfleet")]
+    version = in_new_shell("kubectl version -o json")
+    assert json.loads(version.stdout)["clientVersion"]["gitVersion"] == KUBERNETES_VERSION
+    assert "skew" not in version.stderr.lower()
+    assert json.loads(in_new_shell("kubectl specfleet list -A -o json").stdout) is not None
 
 
 def _prometheus_get(base: str, path: str, **params: str) -> dict[str, Any]:

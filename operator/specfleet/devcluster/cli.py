@@ -2,6 +2,7 @@
 
 import json
 import shlex
+import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -110,13 +111,30 @@ def down(state_dir: StateDirOption = None) -> None:
     console.print(f"stopped: {', '.join(stopped) if stopped else 'nothing was running'}")
 
 
+def env_exports(kubeconfig: Path, tools: list[Path]) -> list[str]:
+    """Shell lines setting KUBECONFIG and putting the tools' directories first on PATH, in order, once each.
+
+    The pinned kubectl must win over an older one on the machine (every call would warn about version
+    skew against the 1.37 server, or fail where there is none).
+    """
+    directories = list(dict.fromkeys(str(tool.parent) for tool in tools))
+    return [
+        f"export KUBECONFIG={shlex.quote(str(kubeconfig))}",
+        f'export PATH={":".join(shlex.quote(d) for d in directories)}:"$PATH"',
+    ]
+
+
 @app.command()
 def env(state_dir: StateDirOption = None) -> None:
-    """Print `export KUBECONFIG=...` for the cluster, for `eval "$(specfleet dev env)"`."""
+    """Print the exports for `eval "$(specfleet dev env)"`: KUBECONFIG, and PATH with the pinned kubectl and
+    helm that `dev build` made and this specfleet (for the `kubectl specfleet` plugin)."""
     info = cluster.load_info(state_dir)
     if info is None:
         raise _fail(f"no dev cluster in {state_dir or default_state_dir()}; run `specfleet dev up`")
-    typer.echo(f"export KUBECONFIG={shlex.quote(str(info.kubeconfig))}")
+    specfleet = Path(sys.argv[0]).absolute()
+    tools = [info.kubectl, info.helm] + ([specfleet] if specfleet.name in ("specfleet", "kubectl-specfleet") else [])
+    for line in env_exports(info.kubeconfig, tools):
+        typer.echo(line)
 
 
 @app.command()

