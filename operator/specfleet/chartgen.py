@@ -94,6 +94,11 @@ def _panel(title: str, kind: str, expr: str, legend: str, grid: tuple[int, int, 
     return panel
 
 
+def _share_panel(title: str, expr: str, legend: str, grid: tuple[int, int, int, int], **field: Any) -> Panel:
+    """A time series of a share between 0 and 1 (acceptance ratios)."""
+    return _panel(title, "timeseries", expr, legend, grid, unit="percentunit", min=0, max=1, **field)
+
+
 def _row(title: str, y: int) -> Panel:
     return {"title": title, "type": "row", "collapsed": False, "gridPos": {"x": 0, "y": y, "w": 24, "h": 1}}
 
@@ -137,37 +142,17 @@ def dashboard() -> dict[str, Any]:
         ),
         _panel("Rollout events", "timeseries", ROLLOUT_EVENTS, "{{reason}}", (16, 1, 8, 6), unit="short", min=0),
         _row("Speculative decoding: stable vs canary", 7),
-        _panel(
+        _share_panel(
             "Acceptance alpha (per token, independent of k)",
-            "timeseries",
             ACCEPTANCE_ALPHA,
             track,
             (0, 8, 6, 8),
-            unit="percentunit",
-            min=0,
-            max=1,
             thresholds=floor,
             custom={"thresholdsStyle": {"mode": "line"}},
         ),
-        _panel(
-            "Accepted / drafted tokens (falls as k grows)",
-            "timeseries",
-            ACCEPTANCE_RATE,
-            track,
-            (6, 8, 6, 8),
-            unit="percentunit",
-            min=0,
-            max=1,
-        ),
-        _panel(
-            "Acceptance per position",
-            "timeseries",
-            ACCEPTANCE_PER_POSITION,
-            f"{track} position {{{{position}}}}",
-            (12, 8, 6, 8),
-            unit="percentunit",
-            min=0,
-            max=1,
+        _share_panel("Accepted / drafted tokens (falls as k grows)", ACCEPTANCE_RATE, track, (6, 8, 6, 8)),
+        _share_panel(
+            "Acceptance per position", ACCEPTANCE_PER_POSITION, f"{track} position {{{{position}}}}", (12, 8, 6, 8)
         ),
         _panel("p95 latency per output token", "timeseries", TOKEN_LATENCY_P95, track, (18, 8, 6, 4), unit="s", min=0),
         _panel(
