@@ -183,13 +183,12 @@ def _acceptance(ctx: _Context) -> _Check:
     return _Check(Verdict.PASS, f"{text}, floor {g.min_acceptance_alpha:.2f}")
 
 
-def _latency_samples(ctx: _Context, canary: Binned, stable: Binned, z: float) -> _Check | None:
-    need = max(ctx.guardrails.min_requests, requests_to_bound(LATENCY_QUANTILE, z))
+def _latency_samples(ctx: _Context, canary: Binned, stable: Binned) -> _Check | None:
+    need = ctx.guardrails.min_requests
     if canary.total < need or stable.total < need:
         return _Check(
             Verdict.INCONCLUSIVE,
-            f"{canary.total:.0f} canary and {stable.total:.0f} stable requests finished "
-            f"(need {need} each to bound a p95 at this look)",
+            f"{canary.total:.0f} canary and {stable.total:.0f} stable requests finished (need {need} each)",
         )
     return None
 
@@ -212,7 +211,7 @@ def _token_latency(ctx: _Context) -> _Check:
     if not shared:
         return _Check(Verdict.INCONCLUSIVE, "the tracks' per-token latency histograms share no bucket bound")
     canary, stable = c_data.on(shared), s_data.on(shared)
-    if (short := _latency_samples(ctx, canary, stable, ctx.z)) is not None:
+    if (short := _latency_samples(ctx, canary, stable)) is not None:
         return short
     c_p95, s_p95 = canary.value_at(LATENCY_QUANTILE), stable.value_at(LATENCY_QUANTILE)
     limit = g.max_token_latency_p95_regression
@@ -233,7 +232,10 @@ def _token_latency(ctx: _Context) -> _Check:
         f"{ctx.confidence} bounds {_pct(lowest)} to {_pct(highest)}{layout}"
     )
     load = ctx.load_ratio()
-    if lowest > limit:
+    bounded = min(canary.total, stable.total) >= requests_to_bound(LATENCY_QUANTILE, ctx.z)
+    if not bounded:  # the normal bound is not trusted with this few requests: never fail on it
+        text += f" (a bound at this look needs {requests_to_bound(LATENCY_QUANTILE, ctx.z)} requests per track)"
+    if bounded and lowest > limit:
         if load is not None and load > 1 + LOAD_TOLERANCE:
             return _Check(Verdict.INCONCLUSIVE, f"{text}, but canary pods carried {load:.2f}x stable's per-pod load")
         return _Check(Verdict.FAIL, f"{text}: lower bound > limit {limit:.0%}")

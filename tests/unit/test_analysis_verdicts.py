@@ -22,10 +22,11 @@ class Answers:
     """Prometheus as a table: what each kind of query answers, the same for both tracks unless told."""
 
     def __init__(self, canary_first_position: float = 1600.0, fail: bool = False) -> None:
-        self.first, self.fail, self.queries = canary_first_position, fail, []
+        self.first, self.fail, self.queries, self.times = canary_first_position, fail, [], set()
 
-    def scalar(self, query: str) -> float | None:
+    def scalar(self, query: str, at: float | None = None) -> float | None:
         self.queries.append(query)
+        self.times.add(at)
         if self.fail:
             raise ProviderError("Prometheus at http://x: connection refused")
         if "num_drafts_total" in query:
@@ -36,8 +37,9 @@ class Answers:
             return 4000.0
         return 50_000.0
 
-    def by_label(self, query: str, label: str) -> dict[str, float]:
+    def by_label(self, query: str, label: str, at: float | None = None) -> dict[str, float]:
         self.queries.append(query)
+        self.times.add(at)
         canary = 'specfleet_io_track="canary"' in query
         answers = {
             "le": LATENCY,
@@ -69,6 +71,7 @@ def test_queries_select_each_track_at_its_revision_over_the_evidence_range() -> 
     assert any('specfleet_io_revision="c1"' in q and 'specfleet_io_track="canary"' in q for q in answers.queries)
     assert any('specfleet_io_revision="s1"' in q and 'specfleet_io_track="stable"' in q for q in answers.queries)
     assert all("[60s]" in q for q in answers.queries)
+    assert answers.times == {NOW.timestamp()}  # one evaluation time: every query sees the same scrapes
 
 
 def test_low_acceptance_fails_with_its_bound() -> None:

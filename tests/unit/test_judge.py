@@ -134,11 +134,19 @@ def test_later_looks_need_stronger_evidence() -> None:
     assert later.verdict is Verdict.INCONCLUSIVE and "not yet surely" in later.reasons[0]
 
 
-def test_too_few_requests_to_bound_a_p95_is_inconclusive() -> None:
-    guards = GUARDS.model_copy(update={"min_requests": 10})
-    result = verdict_of(track(seed=15, requests=60), track(seed=16, requests=60), guards=guards)
+def test_below_min_requests_latency_is_not_judged() -> None:
+    result = verdict_of(track(seed=15, requests=60), track(seed=16, requests=60))
     assert result.verdict is Verdict.INCONCLUSIVE
-    assert "to bound a p95" in result.reasons[0]
+    assert result.reasons == ("60 canary requests (need 100)",)
+
+
+def test_too_few_requests_for_a_bound_can_pass_but_never_fail() -> None:
+    guards = GUARDS.model_copy(update={"min_requests": 10})
+    slower = verdict_of(track(seed=15, requests=60, token_ms=10.0), track(seed=16, requests=60), guards=guards)
+    assert slower.verdict is Verdict.INCONCLUSIVE
+    assert "a bound at this look needs" in slower.reasons[0] and "not yet surely" in slower.reasons[0]
+    alike = verdict_of(track(seed=17, requests=60), track(seed=18, requests=60), guards=guards)
+    assert alike.verdict is Verdict.PASS, alike.reasons
 
 
 def test_a_coarse_stable_layout_is_judged_on_shared_bounds_and_not_passed() -> None:

@@ -24,29 +24,34 @@ def _number(text: str) -> float | None:
     return None if math.isnan(value) else value
 
 
-def _binned(provider: MetricsProvider, histogram: str, selector: promql.TrackSelector, r: str) -> Binned | None:
-    by_le = provider.by_label(promql.histogram_buckets(histogram, selector, r), "le")
+def _binned(
+    provider: MetricsProvider, histogram: str, selector: promql.TrackSelector, r: str, at: float | None
+) -> Binned | None:
+    by_le = provider.by_label(promql.histogram_buckets(histogram, selector, r), "le", at)
     buckets = {bound: count for le, count in by_le.items() if (bound := _number(le)) is not None}
     return Binned.from_buckets(buckets)
 
 
-def evidence(provider: MetricsProvider, selector: promql.TrackSelector, seconds: float) -> TrackEvidence:
-    """Every count the judge needs for one track, as increases over the last `seconds`."""
+def evidence(
+    provider: MetricsProvider, selector: promql.TrackSelector, seconds: float, at: float | None = None
+) -> TrackEvidence:
+    """Every count the judge needs for one track, as increases over the `seconds` before Unix time `at`
+    (Prometheus' now when None)."""
     r = promql.seconds(seconds)
     counters = {
-        field: provider.scalar(promql.increase(metric, selector, r)) for field, metric in promql.COUNTERS.items()
+        field: provider.scalar(promql.increase(metric, selector, r), at) for field, metric in promql.COUNTERS.items()
     }
-    histograms = {field: _binned(provider, metric, selector, r) for field, metric in promql.HISTOGRAMS.items()}
-    per_position = provider.by_label(promql.accepted_by_position(selector, r), "position")
+    histograms = {field: _binned(provider, metric, selector, r, at) for field, metric in promql.HISTOGRAMS.items()}
+    per_position = provider.by_label(promql.accepted_by_position(selector, r), "position", at)
     positions = sorted(int(p) for p in per_position if p.isdigit())
     return TrackEvidence(
         **histograms,
         **counters,
-        finished=provider.by_label(promql.finished_by_reason(selector, r), "finished_reason"),
+        finished=provider.by_label(promql.finished_by_reason(selector, r), "finished_reason", at),
         accepted_per_position=tuple(per_position[str(p)] for p in positions)
         if positions == list(range(len(positions)))
         else (),
-        request_rate_per_pod=tuple(provider.by_label(promql.request_rate_by_pod(selector, r), "pod").values()),
+        request_rate_per_pod=tuple(provider.by_label(promql.request_rate_by_pod(selector, r), "pod", at).values()),
         seconds=seconds,
     )
 
@@ -77,8 +82,9 @@ def analyze(
     }
     with ANALYSIS_SECONDS.time():
         try:
-            canary_evidence = evidence(provider, canary, seconds)
-            stable_evidence = evidence(provider, stable, seconds)
+            at = now.timestamp()
+            canary_evidence = evidence(provider, canary, seconds, at)
+            stable_evidence = evidence(provider, stable, seconds, at)
         except ProviderError as error:
             ANALYSES.labels(Verdict.ERROR.value).inc()
             return Analysis(**base, verdict=Verdict.ERROR, reasons=[str(error)[:MAX_REASON]])

@@ -16,10 +16,13 @@ class ProviderError(RuntimeError):
 
 
 class MetricsProvider(Protocol):
-    def scalar(self, query: str) -> float | None:
+    """Instant queries evaluated `at` one Unix time, so the queries of one analysis see the same samples
+    (evaluated a moment apart, short ranges can straddle a scrape and disagree)."""
+
+    def scalar(self, query: str, at: float | None = None) -> float | None:
         """The single value of an instant query; None when the result is empty or NaN."""
 
-    def by_label(self, query: str, label: str) -> dict[str, float]:
+    def by_label(self, query: str, label: str, at: float | None = None) -> dict[str, float]:
         """An instant vector as label value -> value (NaN samples left out)."""
 
 
@@ -31,17 +34,17 @@ class Prometheus:
         self._client = PrometheusConnect(url=url, headers=headers, disable_ssl=False, timeout=timeout_seconds)
         self._url = url
 
-    def _query(self, query: str) -> list[dict]:
+    def _query(self, query: str, at: float | None) -> list[dict]:
         try:
-            result = self._client.custom_query(query)
+            result = self._client.custom_query(query, params=None if at is None else {"time": f"{at:.3f}"})
         except (PrometheusApiClientException, RequestException, ValueError) as error:
             raise ProviderError(f"Prometheus at {self._url}: {error}") from error
         if not isinstance(result, list):
             raise ProviderError(f"Prometheus at {self._url} answered {type(result).__name__}, not a vector")
         return result
 
-    def scalar(self, query: str) -> float | None:
-        samples = self._query(query)
+    def scalar(self, query: str, at: float | None = None) -> float | None:
+        samples = self._query(query, at)
         if len(samples) > 1:
             raise ProviderError(f"expected one series, got {len(samples)} for {query}")
         if not samples:
@@ -49,9 +52,9 @@ class Prometheus:
         value = float(samples[0]["value"][1])
         return None if math.isnan(value) else value
 
-    def by_label(self, query: str, label: str) -> dict[str, float]:
+    def by_label(self, query: str, label: str, at: float | None = None) -> dict[str, float]:
         values = {}
-        for sample in self._query(query):
+        for sample in self._query(query, at):
             value = float(sample["value"][1])
             if not math.isnan(value):
                 values[sample["metric"].get(label, "")] = value
