@@ -47,15 +47,16 @@ def fleet(name: str, drafter: str, window: str, args: argparse.Namespace) -> dic
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--aa-trials", type=int, default=20, help="A/A fleets (0: breach only, a lighter run)")
     parser.add_argument("--state-dir", type=Path, default=Path(tempfile.gettempdir()) / "specfleet-rollback-bench")
     parser.add_argument("--interval", default="3s", help="rollout.analysis.interval")
-    parser.add_argument("--window", default="10s", help="rollout.analysis.window of the breach fleets")
+    parser.add_argument("--window", default="15s", help="rollout.analysis.window of the breach fleets")
     parser.add_argument("--aa-window", default="60s", help="rollout.analysis.window of the A/A fleets")
     parser.add_argument("--failure-limit", type=int, default=0)
     parser.add_argument("--observe-seconds", type=float, default=300.0, help="A/A observation after the breach")
     args = parser.parse_args()
 
-    nodes = -(-4 * args.trials // 8) + 2
+    nodes = -(-2 * (args.trials + args.aa_trials) // 8) + 2
     cluster, namespace = cluster_with_crd(args.state_dir, nodes)
     api = cluster.api_client()
     custom = kubernetes.client.CustomObjectsApi(api)
@@ -77,7 +78,7 @@ def main() -> None:
         stdout=logs[1], stderr=subprocess.STDOUT,
     )  # fmt: skip
     breach_names = [f"breach-{i:02d}" for i in range(args.trials)]
-    aa_names = [f"aa-{i:02d}" for i in range(args.trials)]
+    aa_names = [f"aa-{i:02d}" for i in range(args.aa_trials)]
     try:
         for name in breach_names:
             custom.create_namespaced_custom_object(
@@ -100,7 +101,8 @@ def main() -> None:
                 time.sleep(1)
 
         wait(
-            "all Healthy", lambda s: len(s) == 2 * args.trials and all(v.get("phase") == "Healthy" for v in s.values())
+            "all Healthy",
+            lambda s: len(s) == args.trials + args.aa_trials and all(v.get("phase") == "Healthy" for v in s.values()),
         )
         for name in breach_names:  # the canary's drafter is the one that will turn bad
             custom.patch_namespaced_custom_object(
@@ -162,7 +164,7 @@ def main() -> None:
                 "max": round(max(times), 1) if times else None,
             },
             "a_a": {
-                "trials": args.trials,
+                "trials": args.aa_trials,
                 "false_rollbacks": len(false_rollbacks),
                 "analyses_observed": sum(len(v) for v in aa_analyses.values()),
             },
