@@ -172,6 +172,8 @@ def _acceptance(ctx: _Context) -> _Check:
     if not c.accepted_per_position or not c.drafts:
         return _Check(Verdict.INCONCLUSIVE, "no per-position acceptance counters for the canary")
     alpha = c.accepted_per_position[0] / c.drafts
+    if not 0 <= alpha <= 1:  # counters read from different scrapes; never judge on that
+        return _Check(Verdict.INCONCLUSIVE, f"acceptance counters disagree ({alpha:.2f} of drafts accepted)")
     drafts_per_request = c.drafts / max(c.requests, 1.0)
     trials = c.drafts / (1 + max(0.0, drafts_per_request - 1) * ACCEPTANCE_ICC)
     lower, upper = wilson_bounds(alpha * trials, trials, ctx.z)

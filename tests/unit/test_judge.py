@@ -195,6 +195,15 @@ def test_harm_wins_over_missing_evidence() -> None:
     assert result.verdict is Verdict.FAIL
 
 
+def test_counters_that_disagree_are_not_judged() -> None:
+    """More first-position acceptances than drafts: the counters came from different scrapes."""
+    canary = track(seed=34, alpha=0.8, requests=300)
+    odd = TrackEvidence(**{**canary.__dict__, "accepted_per_position": (canary.drafts * 1.3, 0.0, 0.0, 0.0)})
+    result = verdict_of(odd, STABLE)
+    assert result.verdict is Verdict.INCONCLUSIVE
+    assert "acceptance counters disagree (1.30 of drafts accepted)" in result.reasons
+
+
 def test_no_data_at_all_is_inconclusive_not_a_pass() -> None:
     result = judge(GUARDS, TrackEvidence(), TrackEvidence(), speculative=True, confidence=CONFIDENCE, look=1)
     assert result.verdict is Verdict.INCONCLUSIVE
