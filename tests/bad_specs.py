@@ -293,6 +293,24 @@ BAD_SPECS: list[BadSpec] = [
         "was removed in vLLM",
     ),
     BadSpec(
+        "buckets-unknown-family",
+        spec(engine={"vllmVersion": "0.32.0", "extraArgs": ["--custom-histogram-buckets", '{"itl": [0.01]}']}),
+        "spec.engine.extraArgs[0]",
+        "unknown bucket family 'itl'",
+    ),
+    BadSpec(
+        "buckets-not-increasing",
+        spec(engine={"vllmVersion": "0.32.0", "extraArgs": ['--custom-histogram-buckets={"request_latency": [2, 1]}']}),
+        "spec.engine.extraArgs[0]",
+        "must be strictly increasing",
+    ),
+    BadSpec(
+        "buckets-flag-too-new",
+        spec(engine={"vllmVersion": "0.31.0", "extraArgs": ["--custom-histogram-buckets", '{"request_latency": [1]}']}),
+        "spec.engine.extraArgs[0]",
+        "needs vLLM >= 0.32.0",
+    ),
+    BadSpec(
         "vllm-too-old",
         spec(engine={"vllmVersion": "0.6.0"}),
         "spec.engine.vllmVersion",

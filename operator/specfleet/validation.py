@@ -19,7 +19,9 @@ from specfleet.api.spec import (
     SpeculativeDeploymentSpec,
 )
 from specfleet.hardware import BY_PRODUCT_NAME
-from specfleet.render.argv import engine_problems
+from specfleet.render.argv import ITL_BUCKETS_FLAG, engine_problems
+from specfleet.render.buckets import BucketsError, check_histogram_buckets
+from specfleet.render.vllm_versions import CLI_FLAGS, VllmVersion, has_flag
 
 DRAFTER_MEMORY_SHARE = 0.10
 """The drafter should take at most this share of each GPU's memory budget (seed 002)."""
@@ -143,9 +145,33 @@ def _judgement_problems(spec: SpeculativeDeploymentSpec) -> list[Problem]:
     return problems + _gpu_budget_problems(spec)
 
 
+def _extra_args_problems(spec: SpeculativeDeploymentSpec) -> list[Problem]:
+    """A `--custom-histogram-buckets` in extraArgs that the version lacks or would refuse at start-up."""
+    args = spec.engine.extra_args
+    problems = []
+    for index, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag != ITL_BUCKETS_FLAG:
+            continue
+        field = f"spec.engine.extraArgs[{index}]"
+        version = VllmVersion.parse(spec.engine.vllm_version)
+        if not has_flag(ITL_BUCKETS_FLAG, version):
+            since = CLI_FLAGS[ITL_BUCKETS_FLAG].since
+            problems.append(
+                Problem(field, f"{ITL_BUCKETS_FLAG} needs vLLM >= {since}; engine.vllmVersion is {version}")
+            )
+            continue
+        text = value if eq else (args[index + 1] if index + 1 < len(args) else "")
+        try:
+            check_histogram_buckets(text)
+        except BucketsError as error:
+            problems.append(Problem(field, f"vLLM {version} refuses it: {error}"))
+    return problems
+
+
 def spec_problems(spec: SpeculativeDeploymentSpec) -> list[Problem]:
     """Problems of a spec that already passed the schema: version support and judgement."""
-    return engine_problems(spec) + _judgement_problems(spec)
+    return engine_problems(spec) + _extra_args_problems(spec) + _judgement_problems(spec)
 
 
 def validate_document(document: Any) -> list[Problem]:

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+from specfleet.devcluster.cli import env_exports
 from specfleet.devcluster.paths import cache_root, default_state_dir
 
 
@@ -15,3 +16,18 @@ def test_state_prefers_specfleet_state_dir_then_xdg_then_home() -> None:
     assert default_state_dir({"SPECFLEET_STATE_DIR": "/s", "XDG_STATE_HOME": "/x"}) == Path("/s")
     assert default_state_dir({"XDG_STATE_HOME": "/x"}) == Path("/x/specfleet/dev")
     assert default_state_dir({}) == Path("~/.local/state/specfleet/dev").expanduser()
+
+
+def test_dev_env_puts_the_pinned_tools_first_on_path_once_each() -> None:
+    lines = env_exports(
+        Path("/state/kube config"),
+        [
+            Path("/cache/bin/kubectl-v1.37.2/kubectl"),
+            Path("/cache/bin/helm-v3.22.0/helm"),
+            Path("/cache/bin/helm-v3.22.0/x"),
+        ],
+    )
+    assert lines == [
+        "export KUBECONFIG='/state/kube config'",
+        'export PATH=/cache/bin/kubectl-v1.37.2:/cache/bin/helm-v3.22.0:"$PATH"',
+    ]

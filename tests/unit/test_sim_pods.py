@@ -10,9 +10,9 @@ import yaml
 
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.render.argv import FINE_ITL_BUCKETS
+from specfleet.render.buckets import VLLM_BUCKET_FAMILIES
 from specfleet.render.manifests import Track, deployment, revision
 from specfleet.sim.pods import (
-    VLLM_BUCKET_FAMILIES,
     PodArgsError,
     parse_histogram_buckets,
     parse_pod,

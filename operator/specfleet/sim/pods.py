@@ -5,12 +5,12 @@ a pod template rendered by `specfleet.render.manifests`.
 """
 
 import json
-import math
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
 from specfleet.render.argv import ITL_BUCKETS_FLAG
+from specfleet.render.buckets import BucketsError, check_histogram_buckets
 from specfleet.render.manifests import LABEL_TRACK
 from specfleet.sim.scenario import PodIdentity
 
@@ -21,20 +21,6 @@ SUFFIX_DEFAULT_DEPTH = 24
 """vLLM sets k to suffix_decoding_max_tree_depth (24) when a suffix config gives none."""
 BUCKET_FAMILIES = ("inter_token_latency", "time_to_first_token", "request_latency")
 """The `--custom-histogram-buckets` families of the histograms the simulator exposes."""
-VLLM_BUCKET_FAMILIES = frozenset(
-    {
-        "request_latency",
-        "time_to_first_token",
-        "inter_token_latency",
-        "iteration_tokens",
-        "request_params_n",
-        "request_num_preemptions",
-        "request_tokens",
-        "kv_cache_residency",
-    }
-)
-"""Every family vLLM 0.32.0 accepts (`BucketFamilyKey` in vllm/v1/metrics/buckets.py); any other key
-makes `vllm serve` refuse to start."""
 
 
 class PodArgsError(ValueError):
@@ -212,39 +198,13 @@ def parse_schedule(rows: Any, k: int) -> tuple[tuple[int, int, int], ...]:
 def parse_histogram_buckets(text: str) -> dict[str, tuple[float, ...]]:
     """`--custom-histogram-buckets` JSON -> bounds per family the simulator exposes, checked as vLLM checks them.
 
-    vLLM (`ObservabilityConfig._validate_custom_histogram_buckets`, vllm/config/observability.py, 0.32.0)
-    refuses unknown families and lists that are empty, hold booleans, non-finite or non-positive bounds,
-    or are not strictly increasing; the messages here are vLLM's. Families vLLM knows but the simulator
-    does not expose (iteration_tokens, ...) are checked, then ignored.
+    Families vLLM knows but the simulator does not expose (iteration_tokens, ...) are checked, then ignored.
     """
     try:
-        overrides = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise PodArgsError(f"{ITL_BUCKETS_FLAG} is not JSON: {error}") from None
-    if not isinstance(overrides, dict):
-        raise PodArgsError(f"{ITL_BUCKETS_FLAG} is not a JSON object")
-    buckets = {}
-    for family, bounds in overrides.items():
-        where = f"{ITL_BUCKETS_FLAG}: custom_histogram_buckets[{family!r}]"
-        if family not in VLLM_BUCKET_FAMILIES:
-            raise PodArgsError(
-                f"{ITL_BUCKETS_FLAG}: custom_histogram_buckets: unknown bucket family {family!r};"
-                f" known families: {sorted(VLLM_BUCKET_FAMILIES)}"
-            )
-        if not isinstance(bounds, list):
-            raise PodArgsError(f"{where}: must be a list of numbers")
-        if not bounds:
-            raise PodArgsError(f"{where}: bucket list must not be empty")
-        for bound in bounds:
-            if isinstance(bound, bool) or not isinstance(bound, int | float):
-                raise PodArgsError(f"{where}: bound {bound!r} must be a number, not a {type(bound).__name__}")
-            if not math.isfinite(bound) or bound <= 0:
-                raise PodArgsError(f"{where}: bound {bound!r} must be finite and greater than 0")
-        if any(a >= b for a, b in pairwise(bounds)):
-            raise PodArgsError(f"{where}: bounds {bounds} must be strictly increasing")
-        if family in BUCKET_FAMILIES:
-            buckets[family] = tuple(float(bound) for bound in bounds)
-    return buckets
+        buckets = check_histogram_buckets(text)
+    except BucketsError as error:
+        raise PodArgsError(str(error)) from None
+    return {family: bounds for family, bounds in buckets.items() if family in BUCKET_FAMILIES}
 
 
 def parse_vllm_args(argv: list[str]) -> VllmArgs:
