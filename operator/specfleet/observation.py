@@ -116,6 +116,7 @@ def observe(
     now: datetime,
     *,
     guarded: bool,
+    routed: bool = False,
 ) -> Observation:
     """The state machine's view of one SpeculativeDeployment and its children."""
     pods = list(pods)
@@ -138,4 +139,5 @@ def observe(
         canary=tracks[Track.CANARY],
         commands=commands,
         guarded=guarded,
+        routed=routed,
     )

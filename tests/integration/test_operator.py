@@ -6,8 +6,11 @@ can kill and restart "the operator" without touching the others. Waits poll with
 
 import json
 import os
+import random
 import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -74,7 +77,12 @@ def test_abort_returns_traffic_to_stable_and_is_not_retried(operator: Operator, 
     healthy(fleet, steps=gate)
     fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 2}})
     wait_for("the manual gate", fleet.phase_is("llama", "Paused"))
-    assert fleet.core.read_namespaced_service("llama", fleet.namespace).spec.selector == {"specfleet.io/name": "llama"}
+    wait_for(  # traffic is given to a canary only after the status write (taken away before it)
+        "canary traffic",
+        lambda: (
+            fleet.core.read_namespaced_service("llama", fleet.namespace).spec.selector == {"specfleet.io/name": "llama"}
+        ),
+    )
 
     fleet.annotate("llama", "specfleet.io/abort", "now")
     status = wait_for("abort", fleet.phase_is("llama", "Aborted"))
@@ -227,3 +235,108 @@ def test_an_httproute_gets_the_step_weights(httproute_crd: None, operator: Opera
             "llama-canary" not in {s.metadata.name for s in fleet.core.list_namespaced_service(fleet.namespace).items}
         ),
     )
+
+
+# issue 12: a rollout never acts on stale or partial evidence
+
+
+def events(fleet: Fleet, reason: str) -> list[str]:
+    listed = fleet.core.list_namespaced_event(fleet.namespace, field_selector=f"reason={reason}").items
+    return [e.message for e in listed]
+
+
+def annotations(fleet: Fleet, name: str = "llama") -> dict[str, str]:
+    return fleet.get(name)["metadata"].get("annotations") or {}
+
+
+def specfleet_cli(fleet: Fleet, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "specfleet.cli", *args, "--kubeconfig", str(fleet.cluster.kubeconfig)]
+    return subprocess.run([*command, "-n", fleet.namespace], capture_output=True, text=True, timeout=60)
+
+
+def test_stale_commands_are_dropped_not_kept_for_the_next_canary(operator: Operator, fleet: Fleet) -> None:
+    gate = [{"weight": 50, "pause": {}}]
+    healthy(fleet, steps=gate)
+    refused = specfleet_cli(fleet, "promote", "llama", "--full")
+    assert refused.returncode == 1 and "no canary to promote" in refused.stderr
+    assert "specfleet.io/promote" not in annotations(fleet)  # the CLI wrote nothing
+
+    fleet.annotate("llama", "specfleet.io/promote", "full")  # by hand, with no canary live
+    wait_for("the stale promote to be dropped", lambda: "specfleet.io/promote" not in annotations(fleet))
+    wait_for("a CommandIgnored event", lambda: events(fleet, "CommandIgnored"))
+    fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 2}})
+    status = wait_for("the canary at its gate", fleet.phase_is("llama", "Paused"))
+    assert status["stableRevision"] != status["canaryRevision"] and not status.get("history")
+
+    promoted = specfleet_cli(fleet, "promote", "llama")
+    assert promoted.returncode == 0, promoted.stderr
+    assert f"revision {status['canaryRevision']}" in promoted.stderr
+    wait_for("promotion", lambda: fleet.status("llama").get("stableRevision") == status["canaryRevision"])
+
+
+def test_a_rollback_takes_traffic_off_before_the_canary_goes(operator: Operator, fleet: Fleet) -> None:
+    healthy(fleet, steps=[{"weight": 50, "pause": {}}])
+    fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 2}})
+    wait_for("the gate", fleet.phase_is("llama", "Paused"))
+    fleet.annotate("llama", "specfleet.io/abort", "now")
+    wait_for("abort", fleet.phase_is("llama", "Aborted"))
+    selector = fleet.core.read_namespaced_service("llama", fleet.namespace).spec.selector
+    if "llama-canary" in fleet.deployments():  # the drain: traffic is already off while its pods remain
+        assert selector.get("specfleet.io/track") == "stable"
+    wait_for("the canary Deployment to go after the drain", lambda: "llama-canary" not in fleet.deployments())
+    status = fleet.status("llama")
+    assert "retiringRevision" not in status and [h["outcome"] for h in status["history"]] == ["Aborted"]
+
+
+def test_an_unreadable_prometheus_secret_is_an_error_verdict(
+    dev_cluster: ClusterInfo, crd_installed: None, fleet: Fleet, tmp_path: Path
+) -> None:
+    operator = Operator(dev_cluster, fleet.namespace, tmp_path / "operator.log", dev_cluster.prometheus_url)
+    operator.start()
+    try:
+        rollout = {
+            "steps": [{"weight": 50, "pause": {"duration": "1h"}}],
+            "analysis": {"interval": "2s", "onProviderError": {"after": "6s", "action": "Pause"}},
+        }
+        prometheus = {"url": dev_cluster.prometheus_url, "authSecret": {"name": "missing", "key": "token"}}
+        healthy(fleet, rollout=rollout, prometheus=prometheus)
+        fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 2}})
+        status = wait_for(
+            "an Error verdict", lambda: (s := fleet.status("llama")).get("lastAnalysis", {}).get("verdict") and s
+        )
+        analysis = status["lastAnalysis"]
+        assert analysis["verdict"] == "Error" and "missing" in analysis["reasons"][0]
+        assert "not found" in analysis["reasons"][0]
+        status = wait_for("onProviderError's Pause", fleet.phase_is("llama", "Paused"))
+        assert status["canaryRevision"] and "Traceback" not in operator.log.read_text()
+    finally:
+        operator.stop()
+
+
+def test_a_rollout_survives_repeated_sigkills(operator: Operator, fleet: Fleet) -> None:
+    """Chaos-lite: >= 10 SIGKILLs at random moments end as an undisturbed rollout does (promoted once)."""
+    steps = [{"weight": 25, "pause": {"duration": "20s"}}, {"weight": 50, "pause": {"duration": "20s"}}]
+    healthy(fleet, steps=steps)
+    fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 3}})
+    canary = wait_for("a canary", lambda: fleet.status("llama").get("canaryRevision"))
+
+    def promoted() -> bool:
+        status = fleet.status("llama")
+        return status.get("phase") == "Healthy" and status.get("stableRevision") == canary
+
+    def started() -> int:
+        return operator.log.read_text(errors="replace").count("workers started")
+
+    chance, kills, lives = random.Random(12), 0, 0
+    while kills < 10 or not promoted():
+        wait_for("the operator's workers", lambda seen=lives: started() > seen, timeout=120)
+        time.sleep(chance.uniform(0.0, 4.0))  # a random moment of this life: maybe mid-reconcile
+        operator.kill()
+        kills, lives = kills + 1, started()
+        operator.start()
+        assert kills < 40, f"no promotion after {kills} kills: {fleet.status('llama')}"
+    status = fleet.status("llama")
+    assert [(h["revision"], h["outcome"]) for h in status["history"]] == [(canary, "Promoted")]
+    wait_for("the canary to go", lambda: set(fleet.deployments()) == {"llama-stable"}, timeout=60)
+    services = {s.metadata.name for s in fleet.core.list_namespaced_service(fleet.namespace).items}
+    assert services == {"llama"}

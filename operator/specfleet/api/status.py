@@ -155,6 +155,20 @@ class SpeculativeDeploymentStatus(ApiModel):
     were all Ready, or the last counted failure (so each failure counts new evidence only)."""
     unjudged_since: datetime | None = None
     """Start of the current run of inconclusive or errored analyses."""
+    no_data_seconds: int = 0
+    """Time the current canary spent in Inconclusive verdicts (with a baseline) since its last Pass or Fail:
+    `analysis.onNoData` acts when it reaches `onNoData.after`. Time in Error verdicts is not counted here."""
+    provider_error_seconds: int = 0
+    """Time the current canary spent in Error verdicts since its last Pass or Fail: `analysis.onProviderError`
+    acts when it reaches `onProviderError.after`."""
+    step_ready_seconds: int = 0
+    """Time the current step's canary replicas were all Ready before they last lost readiness: the progress
+    deadline is pushed back by it, so it bounds the step's total not-Ready time (a flapping canary ends)."""
+    retiring_revision: Annotated[str, Field(max_length=63)] | None = None
+    """A canary that left the rollout (aborted, rolled back, promoted, reverted) whose Deployment is kept
+    until its traffic has drained: taken off traffic first (once stable has a Ready pod), deleted later."""
+    traffic_off_at: datetime | None = None
+    """When the retiring canary lost its traffic; its Deployment is deleted a drain delay later."""
     replicas: int = 0
     """Ready replicas over all tracks (the scale subresource reads it)."""
     ready_replicas: TrackReplicas = TrackReplicas()

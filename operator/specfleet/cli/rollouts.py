@@ -301,13 +301,57 @@ def status_command(
             pass
 
 
+def _target(command: Command, status: dict[str, Any]) -> str | None:
+    """What a command would act on now: the live canary (promote, abort) or the rejected revision (retry)."""
+    if command is Command.RETRY:
+        return status.get("rejectedRevision")
+    canary = status.get("canaryRevision")
+    return canary if canary and canary != status.get("stableRevision") else None
+
+
+COMMAND_ATTEMPTS = 5
+
+
 def _command(
     name: str, command: Command, value: str, namespace: str | None, kubeconfig: str | None, context: str | None
 ) -> None:
+    """Write the command annotation bound to what it is for (`revision=<rev>`), or refuse and write nothing.
+
+    The write carries the resourceVersion that was read, so the check and the write see the same object
+    (a 409 means it changed: read and check again).
+    """
     cluster = connect(kubeconfig, context, namespace)
-    stamped = f"{value} {datetime.now(UTC).isoformat(timespec='seconds')}"
-    patch(cluster, name, {"metadata": {"annotations": {command.annotation: stamped}}})
-    errors.print(f"{command.value} requested for {cluster.namespace}/{name}; `specfleet status {name} -w` to follow")
+    for _ in range(COMMAND_ATTEMPTS):
+        obj = get(cluster, name)
+        status = obj.get("status") or {}
+        target = _target(command, status)
+        if target is None:
+            what = (
+                "nothing to retry (no aborted or rolled-back revision)"
+                if command is Command.RETRY
+                else (f"no canary to {command.value} (phase {status.get('phase', 'Pending')})")
+            )
+            fail(f"{cluster.namespace}/{name}: {what}; nothing written")
+        stamped = f"{value} revision={target} {datetime.now(UTC).isoformat(timespec='seconds')}"
+        body = {
+            "metadata": {
+                "resourceVersion": obj["metadata"]["resourceVersion"],
+                "annotations": {command.annotation: stamped},
+            }
+        }
+        try:
+            cluster.api.patch_namespaced_custom_object(GROUP, VERSION, cluster.namespace, PLURAL, name, body)
+        except ApiException as error:
+            if error.status == 409:
+                continue  # changed since it was read: check again
+            with api_errors(f"speculativedeployment {cluster.namespace}/{name}"):
+                raise
+        errors.print(
+            f"{command.value} requested for {cluster.namespace}/{name} (revision {target}); "
+            f"`specfleet status {name} -w` to follow"
+        )
+        return
+    fail(f"{cluster.namespace}/{name} kept changing; nothing written, try again")
 
 
 def promote_command(

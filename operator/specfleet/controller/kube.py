@@ -12,7 +12,7 @@ from typing import Any
 
 from kubernetes import client, config
 from kubernetes.dynamic import DynamicClient
-from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
+from kubernetes.dynamic.exceptions import ForbiddenError, NotFoundError, ResourceNotFoundError
 from kubernetes.dynamic.resource import Resource
 
 from specfleet.api.resource import API_VERSION, KIND
@@ -20,6 +20,10 @@ from specfleet.controller.metrics import API_REQUESTS
 from specfleet.render.manifests import FIELD_MANAGER
 
 Manifest = dict[str, Any]
+
+
+class SecretError(Exception):
+    """A Secret the operator needs cannot be read (missing, forbidden, no such key); the message says which."""
 
 
 def load_config(kubeconfig: str | None = None) -> client.ApiClient:
@@ -90,24 +94,29 @@ class Kube:
         with contextlib.suppress(NotFoundError):
             resource.delete(name=name, namespace=namespace, body=body)
 
-    def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
-        """Replace the status (a merge patch whose removed keys are nulls, built by the caller)."""
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str) -> str:
+        """Replace the status (a merge patch whose removed keys are nulls, built by the caller), only if the
+        object is still at `resource_version` (else ConflictError); returns the new resourceVersion."""
         resource = self._resource(API_VERSION, KIND)
         API_REQUESTS.labels("patch-status", KIND).inc()
-        resource.status.patch(
+        written = resource.status.patch(
             name=name,
             namespace=namespace,
-            body={"status": status},
+            body={"metadata": {"resourceVersion": resource_version}, "status": status},
             content_type="application/merge-patch+json",
         )
+        return str(written.metadata.resourceVersion)
 
     def merge_patch(self, api_version: str, kind: str, namespace: str, name: str, body: dict[str, Any]) -> None:
         resource = self._resource(api_version, kind)
         API_REQUESTS.labels("patch", kind).inc()
         resource.patch(name=name, namespace=namespace, body=body, content_type="application/merge-patch+json")
 
-    def remove_annotations(self, namespace: str, name: str, keys: list[str]) -> None:
-        self.merge_patch(API_VERSION, KIND, namespace, name, {"metadata": {"annotations": dict.fromkeys(keys)}})
+    def remove_annotations(self, namespace: str, name: str, keys: list[str], resource_version: str) -> None:
+        """Remove consumed command annotations, only if the object is still at `resource_version`: a command
+        written again in between is never removed unseen (ConflictError instead; the next pass retries)."""
+        body = {"metadata": {"resourceVersion": resource_version, "annotations": dict.fromkeys(keys)}}
+        self.merge_patch(API_VERSION, KIND, namespace, name, body)
 
     def has_kind(self, api_version: str, kind: str) -> bool:
         """Whether the API server serves this kind (e.g. the Gateway API CRDs are installed)."""
@@ -125,10 +134,25 @@ class Kube:
             return None
 
     def read_secret(self, namespace: str, name: str, key: str) -> str:
-        """One key of a Secret (the Prometheus bearer token); the value is never logged."""
+        """One key of a Secret (the Prometheus bearer token); the value is never logged.
+
+        Raises SecretError (missing, forbidden, no such key, not base64 text), never an API exception.
+        """
         API_REQUESTS.labels("get", "Secret").inc()
-        secret = self._resource("v1", "Secret").get(name=name, namespace=namespace)
-        return base64.b64decode(secret.data[key]).decode()
+        where = f"Secret {namespace}/{name}"
+        try:
+            secret = self._resource("v1", "Secret").get(name=name, namespace=namespace)
+        except NotFoundError:
+            raise SecretError(f"{where}: not found") from None
+        except ForbiddenError:
+            raise SecretError(f"{where}: forbidden: the operator may not read it (RBAC)") from None
+        data = secret.data.to_dict() if secret.data is not None else {}
+        if not data.get(key):
+            raise SecretError(f"{where}: has no key {key}")
+        try:
+            return base64.b64decode(data[key], validate=True).decode()
+        except (ValueError, UnicodeDecodeError):
+            raise SecretError(f"{where}: key {key} is not base64-encoded text") from None
 
     def post_event(self, involved: dict[str, Any], event_type: str, reason: str, message: str) -> None:
         """A core/v1 Event on the SpeculativeDeployment (what `kubectl describe sdep` shows)."""

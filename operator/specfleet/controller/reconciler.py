@@ -1,6 +1,16 @@
-"""One reconcile of one SpeculativeDeployment: observe -> decide -> apply. Nothing is decided here."""
+"""One reconcile of one SpeculativeDeployment: observe -> decide -> apply. Nothing is decided here.
+
+Write discipline (issue 12, item 10): a decision is made from one cached version of the object and its
+status is written with that version's resourceVersion as a precondition, *before* any child is touched.
+If anything changed the object since (a user's edit, another replica, our own last write that the watch
+has not delivered yet) the API server refuses the write and nothing else is written; the next pass
+decides from the newer version. After a successful write, a cache still showing the version we wrote
+over is not acted on at all (even where deciding again would change no status), until the watch
+catches up. So a decision is never replayed on a stale status, and a status is never a mix of two.
+"""
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -10,9 +20,9 @@ from typing import Any
 from kubernetes.dynamic.exceptions import ApiException, ConflictError
 
 from specfleet.api.resource import SpeculativeDeployment
-from specfleet.api.status import Phase, SpeculativeDeploymentStatus
+from specfleet.api.status import Analysis, Phase, SpeculativeDeploymentStatus, Verdict
 from specfleet.controller.analysis import analyze
-from specfleet.controller.kube import Kube
+from specfleet.controller.kube import Kube, SecretError
 from specfleet.controller.metrics import RECONCILE_SECONDS, RECONCILES, TRANSITIONS
 from specfleet.controller.queue import WorkQueue
 from specfleet.controller.store import Key, Store
@@ -20,6 +30,7 @@ from specfleet.metrics.prometheus import Prometheus
 from specfleet.observation import controlled_by, observe, parse
 from specfleet.patches import contains, merge_patch, stamped
 from specfleet.render.manifests import (
+    LABEL_TRACK,
     Manifest,
     Track,
     child_name,
@@ -36,6 +47,8 @@ HTTPROUTE_API_VERSION = "gateway.networking.k8s.io/v1"
 RESYNC_SECONDS = 300.0
 """Look at every object at least this often, even when no watch event arrives."""
 ERROR_BACKOFF_SECONDS = 5.0
+CACHE_BEHIND_SECONDS = 1.0
+"""Look again this soon when the watch cache has not delivered our own last write (its event wakes us too)."""
 
 
 def utcnow() -> datetime:
@@ -53,6 +66,8 @@ class Reconciler:
     """`specfleet run --prometheus-url`: used for objects whose spec names no Prometheus."""
     _conflicts: dict[Key, set[str]] = field(default_factory=dict)
     _providers: dict[tuple[str, str | None], Prometheus] = field(default_factory=dict)
+    _written_over: dict[Key, str] = field(default_factory=dict)
+    """The resourceVersion our last status write replaced, per object: a cache still at it is behind."""
 
     def _prometheus_url(self, sdep: SpeculativeDeployment) -> str | None:
         return sdep.spec.prometheus.url or self.default_prometheus_url
@@ -72,6 +87,10 @@ class Reconciler:
                 with RECONCILE_SECONDS.time():
                     after = await self.reconcile(key)
                 RECONCILES.labels("ok").inc()
+            except ConflictError:
+                RECONCILES.labels("conflict").inc()
+                logger.info("reconcile %s/%s: the object changed since it was read; deciding again", *key)
+                after = CACHE_BEHIND_SECONDS
             except ApiException as error:
                 RECONCILES.labels("error").inc()
                 logger.warning("reconcile %s/%s: API error %s %s", *key, error.status, error.reason)
@@ -90,7 +109,11 @@ class Reconciler:
         body = self.store.sdeps.get(key)
         if body is None or body.get("metadata", {}).get("deletionTimestamp"):
             self._conflicts.pop(key, None)
+            self._written_over.pop(key, None)
             return None  # children go with their owner references; no finalizer needed
+        if self._written_over.get(key) == body.get("metadata", {}).get("resourceVersion"):
+            return CACHE_BEHIND_SECONDS  # the watch has not delivered our last status write yet
+        self._written_over.pop(key, None)
         parsed = parse(body)
         if parsed.problems:
             logger.error("%s/%s: %s", *key, "; ".join(parsed.problems))
@@ -100,14 +123,19 @@ class Reconciler:
         deployments = {track: self._owned(key, sdep, "Deployment", child_name(sdep, track)) for track in Track}
         pods = self.store.children("Pod", key).values()
         url = self._prometheus_url(sdep)
-        observation = observe(sdep, deployments, pods, self.clock(), guarded=url is not None)
+        routed = await asyncio.to_thread(self._routed, sdep)
+        observation = observe(sdep, deployments, pods, self.clock(), guarded=url is not None, routed=routed)
         if self._conflicts.get(key):
             names = ", ".join(sorted(self._conflicts[key]))
             observation = _with_problem(observation, f"objects not created by specfleet already use the names {names}")
         decision = decide(sdep.spec, sdep.status, observation)
         if decision.analysis_due and url is not None:
-            provider = await asyncio.to_thread(self._provider, sdep, url)
-            analysis = await asyncio.to_thread(analyze, provider, sdep, decision.status, observation.now)
+            try:
+                provider = await asyncio.to_thread(self._provider, sdep, url)
+            except SecretError as error:  # an Error verdict: onProviderError applies, not a retry loop
+                analysis = _error(decision.status, observation.now, f"Prometheus auth: {error}")
+            else:
+                analysis = await asyncio.to_thread(analyze, provider, sdep, decision.status, observation.now)
             decision = decide(sdep.spec, sdep.status, replace(observation, analysis=analysis))
         children = {kind: self.store.children(kind, key) for kind in ("Deployment", "Service")}
         await asyncio.to_thread(self._apply, key, body, sdep, decision, children)
@@ -126,25 +154,49 @@ class Reconciler:
         decision: Decision,
         children: dict[str, dict[str, Any]],
     ) -> None:
-        """Children in a safe order (the Service before any deletion), then status, events, annotations.
+        """Traffic off the canary first, then the status (with its precondition), then the other children
+        (the Service before any deletion), then events and annotations.
 
+        Taking traffic off the canary is safe whatever version of the object it was decided from, so it
+        comes before the status that says so (a status saying Aborted means traffic is already on stable);
+        everything else waits for the status write to prove the decision was made from the latest version.
         Runs in a thread: it reads only the `children` snapshot taken on the event loop, never the store.
         """
-        if not decision.hold_children:
-            wanted = [stamped(m) for m in self._desired_children(sdep, decision)]
-            if self._routed(sdep) and decision.route_weight == 0:
+        wanted = [] if decision.hold_children else [stamped(m) for m in self._desired_children(sdep, decision)]
+        applied: set[str] = set()
+        if not decision.hold_children and not decision.canary_traffic:
+            if self._routed(sdep):
                 self._set_route_weights(sdep, 0)  # traffic back to stable before any canary object goes
+            fleet = next(m for m in wanted if m["kind"] == "Service" and m["metadata"]["name"] == sdep.metadata.name)
+            self._ensure(key, sdep, fleet, children.get("Service", {}).get(sdep.metadata.name))
+            applied.add(sdep.metadata.name)
+        version = self._write_status(key, body, sdep, decision.status)
+        if not decision.hold_children:
             for manifest in wanted:
-                self._ensure(key, sdep, manifest, children.get(manifest["kind"], {}).get(manifest["metadata"]["name"]))
+                name = manifest["metadata"]["name"]
+                if not (manifest["kind"] == "Service" and name in applied):
+                    self._ensure(key, sdep, manifest, children.get(manifest["kind"], {}).get(name))
             if self._routed(sdep) and decision.route_weight > 0:
                 self._set_route_weights(sdep, decision.route_weight)  # canary Service exists by now
-            self._delete_unwanted(key, sdep, {(m["kind"], m["metadata"]["name"]) for m in wanted}, children)
-        self._write_status(body, sdep, decision.status)
+            keep = {(m["kind"], m["metadata"]["name"]) for m in wanted}
+            if decision.keep_canary or self._canary_still_selected(sdep, children):
+                keep |= {("Deployment", child_name(sdep, Track.CANARY)), ("Service", child_name(sdep, Track.CANARY))}
+            self._delete_unwanted(key, sdep, keep, children)
         for event in decision.events:
             TRANSITIONS.labels(event.reason).inc()
             self.kube.post_event(body, event.type, event.reason, event.message)
         if decision.done_commands:
-            self.kube.remove_annotations(*key, list(decision.done_commands))
+            # changed meanwhile (maybe the same command given again): the next pass looks again
+            with contextlib.suppress(ConflictError):
+                self.kube.remove_annotations(*key, list(decision.done_commands), version)
+
+    def _canary_still_selected(self, sdep: SpeculativeDeployment, children: dict[str, dict[str, Any]]) -> bool:
+        """Whether the fleet Service, as last observed, still sends to the canary track: then the canary is
+        deleted only in a later pass, after the Service without it has been seen (whatever happened in
+        between, e.g. a restart, pods that may still receive traffic are never deleted)."""
+        observed = children.get("Service", {}).get(child_name(sdep, None))
+        selector = (observed or {}).get("spec", {}).get("selector") or {}
+        return observed is not None and LABEL_TRACK not in selector and not self._routed(sdep)
 
     def _routed(self, sdep: SpeculativeDeployment) -> bool:
         """Whether traffic is split by an HTTPRoute (named in the spec, and its CRD installed)."""
@@ -214,16 +266,35 @@ class Reconciler:
                     self.kube.delete(api_version, kind, key[0], name, obj["metadata"]["uid"])
 
     def _write_status(
-        self, body: dict[str, Any], sdep: SpeculativeDeployment, status: SpeculativeDeploymentStatus
-    ) -> None:
+        self, key: Key, body: dict[str, Any], sdep: SpeculativeDeployment, status: SpeculativeDeploymentStatus
+    ) -> str:
+        """Write the status if it changed, only over the version it was decided from; the version after it."""
+        version = str(body.get("metadata", {}).get("resourceVersion", ""))
         new = status.model_copy(update={"selector": fleet_selector(sdep)}).model_dump(
             mode="json", by_alias=True, exclude_none=True
         )
         patch = merge_patch(body.get("status") or {}, new)
-        if patch:
-            self.kube.patch_status(sdep.metadata.namespace, sdep.metadata.name, patch)
-            if status.phase in (Phase.ROLLED_BACK, Phase.ABORTED, Phase.DEGRADED):
-                logger.warning("%s/%s is %s", sdep.metadata.namespace, sdep.metadata.name, status.phase.value)
+        if not patch:
+            return version
+        written = self.kube.patch_status(sdep.metadata.namespace, sdep.metadata.name, patch, version)
+        if written != version:
+            self._written_over[key] = version
+        if status.phase in (Phase.ROLLED_BACK, Phase.ABORTED, Phase.DEGRADED):
+            logger.warning("%s/%s is %s", sdep.metadata.namespace, sdep.metadata.name, status.phase.value)
+        return written
+
+
+def _error(status: SpeculativeDeploymentStatus, now: datetime, reason: str) -> Analysis:
+    """An Error verdict for an analysis that could not even ask Prometheus."""
+    assert status.canary_revision is not None
+    return Analysis(
+        time=now,
+        revision=status.canary_revision,
+        step=status.current_step or 0,
+        look=status.analyses + 1,
+        verdict=Verdict.ERROR,
+        reasons=[reason[:1000]],
+    )
 
 
 def _with_problem(observation: Observation, problem: str) -> Observation:

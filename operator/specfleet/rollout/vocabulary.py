@@ -1,0 +1,159 @@
+"""The rollout's shared vocabulary: commands, conditions, what is observed and what is decided."""
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from specfleet.api.status import (
+    Analysis,
+    Condition,
+    ConditionStatus,
+    SpeculativeDeploymentStatus,
+)
+
+COMMAND_PREFIX = "specfleet.io/"
+
+
+COMMAND_TARGET = re.compile(r"\brevision=([A-Za-z0-9.-]+)")
+
+
+def command_target(value: str) -> str | None:
+    """The revision a command was given for (`revision=<rev>` in its value), or None when it names none."""
+    match = COMMAND_TARGET.search(value)
+    return match.group(1) if match else None
+
+
+class Command(StrEnum):
+    """What a user can ask of a rollout, as annotations `specfleet.io/<command>` (the CLI writes them)."""
+
+    PROMOTE = "promote"
+    ABORT = "abort"
+    RETRY = "retry"
+
+    @property
+    def annotation(self) -> str:
+        return COMMAND_PREFIX + self.value
+
+
+DRAIN = timedelta(seconds=10)
+"""Time between taking traffic off a canary and deleting its pods (endpoints and routes catch up)."""
+
+PROMOTE_FULL = "full"
+"""`specfleet.io/promote: full` skips the remaining steps."""
+
+
+class ConditionType(StrEnum):
+    AVAILABLE = "Available"
+    PROGRESSING = "Progressing"
+    SPEC_VALID = "SpecValid"
+    GUARDED = "Guarded"
+
+
+@dataclass(frozen=True)
+class TrackObservation:
+    """One track's Deployment as the API server reports it (all zero when there is none)."""
+
+    revision: str | None = None
+    ready: int = 0
+    settled: bool = False
+    """The Deployment controller has rolled every replica to the current template."""
+    unschedulable: str = ""
+    """The scheduler's message for a Pending pod of this track, e.g. `Insufficient amd.com/gpu`."""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything the decision needs from outside, gathered by the shell."""
+
+    now: datetime
+    generation: int
+    desired_revision: str | None
+    """The revision the spec renders to; None when it cannot be rendered (see `problems`)."""
+    problems: tuple[str, ...] = ()
+    stable: TrackObservation = TrackObservation()
+    canary: TrackObservation = TrackObservation()
+    commands: Mapping[str, str] = field(default_factory=dict)
+    """Command annotations present on the object (`specfleet.io/promote` -> value)."""
+    analysis: Analysis | None = None
+    """A fresh analysis of the live canary (set by the shell when one was due and ran)."""
+    guarded: bool = True
+    """Whether a Prometheus is configured to judge canaries at all."""
+    routed: bool = False
+    """Whether traffic is split by an HTTPRoute's weights (so a 100% step leaves stable without traffic)."""
+
+
+@dataclass(frozen=True)
+class TrackTarget:
+    """What one track's Deployment should be."""
+
+    revision: str
+    serving: dict[str, Any]
+    replicas: int
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    status: SpeculativeDeploymentStatus
+    stable: TrackTarget | None
+    """None leaves the stable Deployment as it is (the spec could not be rendered)."""
+    canary: TrackTarget | None
+    """None means no canary Deployment: remove it if there is one."""
+    canary_traffic: bool
+    """Whether the Service (or route) sends traffic to the canary; False comes before removing it."""
+    events: tuple[Event, ...] = ()
+    requeue_after: timedelta | None = None
+    """When to look again even if nothing changes (a pause ends, a deadline or an analysis is due)."""
+    done_commands: tuple[str, ...] = ()
+    """Command annotations that were acted on and can be removed."""
+    analysis_due: bool = False
+    """Whether the canary should be measured before the next decision."""
+    hold_children: bool = False
+    """Leave every child as it is (the spec cannot be rendered, so nothing new is known)."""
+    route_weight: int = 0
+    """Canary weight for an HTTPRoute (percent): the current step's weight while the canary takes traffic."""
+    keep_canary: bool = False
+    """With `canary` None: leave the canary Deployment (and its Service) as they are, a retiring canary
+    draining; it is deleted by a later decision."""
+
+
+def set_condition(
+    conditions: list[Condition],
+    kind: ConditionType,
+    status: ConditionStatus,
+    reason: str,
+    message: str,
+    now: datetime,
+    generation: int,
+) -> list[Condition]:
+    """Conditions with `kind` set; lastTransitionTime moves only when the status flips."""
+    previous = next((c for c in conditions if c.type == kind), None)
+    since = previous.last_transition_time if previous and previous.status == status else now
+    updated = Condition(
+        type=kind.value,
+        status=status,
+        reason=reason,
+        message=message,
+        last_transition_time=since,
+        observed_generation=generation,
+    )
+    return (
+        [c for c in conditions if c.type != kind] + [updated]
+        if previous is None
+        else [updated if c.type == kind else c for c in conditions]
+    )
+
+
+def live_canary(status: SpeculativeDeploymentStatus) -> str | None:
+    """The canary revision under judgement: set, and not already promoted (stable rolling to it)."""
+    canary = status.canary_revision
+    return canary if canary is not None and canary != status.stable_revision else None

@@ -1,0 +1,72 @@
+"""`specfleet promote|abort|retry` refuse, and write nothing, when there is nothing to act on; otherwise they
+bind the command to the canary (or rejected revision) they were given for, and write only over the
+version they read."""
+
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+from typer.testing import CliRunner
+
+from specfleet.cli import rollouts
+from specfleet.cli.main import app
+from specfleet.rollout import command_target
+
+runner = CliRunner()
+
+
+class FakeApi:
+    """The SpeculativeDeployment as the API server holds it; patches are recorded (and may conflict once)."""
+
+    def __init__(self, status: dict[str, Any], conflicts: int = 0) -> None:
+        self.obj = {"metadata": {"name": "llama", "namespace": "ns", "resourceVersion": "7"}, "status": status}
+        self.patches: list[dict[str, Any]] = []
+        self.conflicts = conflicts
+
+    def get_namespaced_custom_object(self, *args: Any) -> dict[str, Any]:
+        return self.obj
+
+    def patch_namespaced_custom_object(self, group: str, version: str, ns: str, plural: str, name: str, body: Any):
+        if self.conflicts:
+            self.conflicts -= 1
+            self.obj["metadata"]["resourceVersion"] = str(int(self.obj["metadata"]["resourceVersion"]) + 1)
+            raise ApiException(status=409, reason="Conflict")
+        self.patches.append(body)
+        return self.obj
+
+
+@pytest.fixture
+def api(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> FakeApi:
+    fake = FakeApi(*request.param)
+    monkeypatch.setattr(rollouts, "connect", lambda *a: rollouts.Cluster(fake, "ns"))  # type: ignore[arg-type]
+    return fake
+
+
+HEALTHY = {"phase": "Healthy", "stableRevision": "aaa"}
+CANARY = {"phase": "Paused", "stableRevision": "aaa", "canaryRevision": "bbb", "currentStep": 0}
+PROMOTING = {"phase": "Progressing", "stableRevision": "bbb", "canaryRevision": "bbb"}
+REJECTED = {"phase": "RolledBack", "stableRevision": "aaa", "rejectedRevision": "bbb"}
+
+
+@pytest.mark.parametrize(
+    ("api", "command"),
+    [((HEALTHY,), "promote"), ((HEALTHY,), "abort"), ((PROMOTING,), "promote"), ((HEALTHY,), "retry")],
+    indirect=["api"],
+)
+def test_a_command_with_nothing_to_act_on_says_so_and_writes_nothing(api: FakeApi, command: str) -> None:
+    result = runner.invoke(app, [command, "llama"])
+    assert result.exit_code == 1
+    assert "no canary" in result.stderr or "nothing to retry" in result.stderr
+    assert api.patches == []
+
+
+@pytest.mark.parametrize(
+    ("api", "command", "bound"), [((CANARY, 1), "promote", "bbb"), ((REJECTED,), "retry", "bbb")], indirect=["api"]
+)
+def test_a_command_is_bound_to_what_it_was_given_for(api: FakeApi, command: str, bound: str) -> None:
+    result = runner.invoke(app, [command, "llama"])
+    assert result.exit_code == 0, result.output
+    (patch,) = api.patches
+    assert patch["metadata"]["resourceVersion"] == api.obj["metadata"]["resourceVersion"]
+    (value,) = patch["metadata"]["annotations"].values()
+    assert command_target(value) == bound

@@ -1,0 +1,218 @@
+"""The shell's write discipline, with a recording stand-in for the API: status writes carry the
+resourceVersion they were decided from, nothing else is written when that precondition fails or when
+the watch cache has not caught up with our own last write; an unreadable Prometheus auth Secret is an
+Error verdict, not an exception; a retiring canary is kept until its traffic is observed off."""
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic.exceptions import ConflictError
+
+from specfleet.api.resource import SpeculativeDeployment
+from specfleet.api.status import Phase, SpeculativeDeploymentStatus
+from specfleet.controller.kube import SecretError
+from specfleet.controller.queue import WorkQueue
+from specfleet.controller.reconciler import Reconciler
+from specfleet.controller.store import Store
+from specfleet.render.manifests import LABEL_NAME, LABEL_REVISION, LABEL_TRACK, Track, deployment, revision
+
+from bad_specs import BASE, merged
+
+NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
+KEY = ("default", "llama-eagle3")
+STEPS = {"steps": [{"weight": 50, "pause": {}}], "analysis": {"interval": "1m"}}
+
+
+class RecordingKube:
+    """Records every write; answers reads from nothing; can be told to refuse the status write."""
+
+    def __init__(self, status_conflict: bool = False, secret_error: str | None = None) -> None:
+        self.writes: list[tuple[str, ...]] = []
+        self.status_writes: list[tuple[dict[str, Any], str | None]] = []
+        self.status_conflict, self.secret_error = status_conflict, secret_error
+        self.events: list[str] = []
+
+    def apply(self, manifest: dict[str, Any]) -> None:
+        self.writes.append(("apply", manifest["kind"], manifest["metadata"]["name"]))
+
+    def create(self, manifest: dict[str, Any]) -> None:
+        self.writes.append(("create", manifest["kind"], manifest["metadata"]["name"]))
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str, uid: str) -> None:
+        self.writes.append(("delete", kind, name))
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any], resource_version: str) -> str:
+        if self.status_conflict:
+            raise ConflictError(ApiException(status=409, reason="Conflict"))
+        self.status_writes.append((status, resource_version))
+        return str(int(resource_version) + 1)
+
+    def merge_patch(self, *args: Any) -> None:
+        self.writes.append(("patch", *map(str, args[:4])))
+
+    def remove_annotations(self, namespace: str, name: str, keys: list[str], resource_version: str) -> None:
+        self.writes.append(("remove-annotations", *keys))
+
+    def has_kind(self, api_version: str, kind: str) -> bool:
+        return False
+
+    def read(self, *args: Any) -> None:
+        return None
+
+    def read_secret(self, namespace: str, name: str, key: str) -> str:
+        if self.secret_error:
+            raise SecretError(f"Secret {namespace}/{name}: {self.secret_error}")
+        return "token"
+
+    def post_event(self, involved: dict[str, Any], event_type: str, reason: str, message: str) -> None:
+        self.events.append(reason)
+
+
+def body(status: SpeculativeDeploymentStatus | None = None, **spec: Any) -> dict[str, Any]:
+    obj = merged(BASE, {"metadata": {"uid": "u1", "resourceVersion": "10", "generation": 2}, "spec": spec})
+    if status is not None:
+        obj["status"] = status.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return obj
+
+
+def pods(track: Track, rev: str, count: int) -> list[dict[str, Any]]:
+    labels = {LABEL_NAME: KEY[1], LABEL_TRACK: track.value, LABEL_REVISION: rev}
+    return [
+        {
+            "metadata": {"name": f"{track.value}-{i}", "namespace": KEY[0], "labels": labels},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        }
+        for i in range(count)
+    ]
+
+
+def canary_world(**spec: Any) -> tuple[Store, dict[str, Any]]:
+    """A live canary at its first step, Ready for 5 minutes: an analysis is due."""
+    old = SpeculativeDeployment.from_mapping(body(rollout=STEPS, **spec))
+    new = SpeculativeDeployment.from_mapping(body(rollout=STEPS, speculative={"numSpeculativeTokens": 2}, **spec))
+    stable_rev, canary_rev = revision(old.spec), revision(new.spec)
+    status = SpeculativeDeploymentStatus(
+        phase=Phase.PROGRESSING,
+        stable_revision=stable_rev,
+        stable_serving=old.spec.serving(),
+        canary_revision=canary_rev,
+        current_step=0,
+        step_started_at=NOW - timedelta(minutes=10),
+        step_ready_at=NOW - timedelta(minutes=5),
+        canary_started_at=NOW - timedelta(minutes=10),
+        evidence_since=NOW - timedelta(minutes=5),
+    )
+    obj = body(status, rollout=STEPS, speculative={"numSpeculativeTokens": 2}, **spec)
+    store = Store()
+    store.put_sdep(obj, deleted=False)
+    for track, sdep, rev in ((Track.STABLE, old, stable_rev), (Track.CANARY, new, canary_rev)):
+        child = deployment(sdep, track, rev, 1)
+        child["metadata"]["uid"] = f"uid-{track.value}"
+        store.put_child("Deployment", child, deleted=False)
+        for pod in pods(track, rev, 1):
+            store.put_child("Pod", pod, deleted=False)
+    return store, obj
+
+
+def reconcile(kube: RecordingKube, store: Store, reconciler: Reconciler | None = None) -> float | None:
+    reconciler = reconciler or Reconciler(kube, store, WorkQueue(), clock=lambda: NOW)  # type: ignore[arg-type]
+    return asyncio.run(reconciler.reconcile(KEY))
+
+
+# 5. the Prometheus auth Secret
+
+
+@pytest.mark.parametrize("problem", ["not found", "forbidden: the operator may not read it", "has no key token"])
+def test_an_unreadable_auth_secret_is_an_error_verdict_not_an_exception(problem: str) -> None:
+    prometheus = {"url": "http://prometheus:9090", "authSecret": {"name": "prom-token", "key": "token"}}
+    store, _ = canary_world(prometheus=prometheus)
+    kube = RecordingKube(secret_error=problem)
+    after = reconcile(kube, store)
+    assert after is not None and after > 0
+    (status, _rv), *_ = kube.status_writes
+    analysis = status["lastAnalysis"]
+    assert analysis["verdict"] == "Error"
+    assert "prom-token" in analysis["reasons"][0] and problem in analysis["reasons"][0]
+    assert status["unjudgedSince"]
+
+
+# 10. status writes and the watch cache
+
+
+def test_the_status_write_carries_the_resource_version_it_was_decided_from() -> None:
+    store, obj = canary_world()
+    kube = RecordingKube()
+    reconcile(kube, store)
+    assert kube.status_writes and all(rv == obj["metadata"]["resourceVersion"] for _, rv in kube.status_writes)
+
+
+def test_a_refused_status_write_writes_nothing_but_taking_traffic_off_the_canary() -> None:
+    store, _ = canary_world()
+    store.put_sdep(
+        merged(store.sdeps[KEY], {"metadata": {"annotations": {"specfleet.io/abort": "now"}}}), deleted=False
+    )
+    kube = RecordingKube(status_conflict=True)
+    with pytest.raises(ConflictError):
+        reconcile(kube, store)
+    assert kube.writes == [("create", "Service", KEY[1])] and kube.events == []  # the stable-only Service
+
+
+def test_a_watch_cache_behind_our_own_write_is_not_acted_on_again() -> None:
+    store, _ = canary_world()
+    store.put_sdep(
+        merged(store.sdeps[KEY], {"metadata": {"annotations": {"specfleet.io/abort": "now"}}}), deleted=False
+    )
+    kube = RecordingKube()
+    reconciler = Reconciler(kube, store, WorkQueue(), clock=lambda: NOW)  # type: ignore[arg-type]
+    reconcile(kube, store, reconciler)
+    assert kube.events.count("Aborted") == 1
+    writes = len(kube.writes) + len(kube.status_writes)
+    reconcile(kube, store, reconciler)  # the cache still shows the object before the abort was written
+    assert len(kube.writes) + len(kube.status_writes) == writes and kube.events.count("Aborted") == 1
+    fresh = merged(store.sdeps[KEY], {"metadata": {"resourceVersion": "11"}})
+    store.put_sdep(fresh, deleted=False)  # the watch delivers something newer: acted on again
+    reconcile(kube, store, reconciler)
+    assert len(kube.writes) + len(kube.status_writes) > writes
+
+
+# 4. a retiring canary goes only once its traffic is seen off
+
+
+def test_a_retiring_canary_is_deleted_only_after_the_service_is_seen_without_it() -> None:
+    store, obj = canary_world()
+    status = SpeculativeDeploymentStatus.model_validate(obj["status"]).model_copy(
+        update={
+            "canary_revision": None,
+            "current_step": None,
+            "retiring_revision": obj["status"]["canaryRevision"],
+            "traffic_off_at": NOW - timedelta(minutes=1),
+            "rejected_revision": obj["status"]["canaryRevision"],
+        }
+    )
+    obj = {**obj, "status": status.model_dump(mode="json", by_alias=True, exclude_none=True)}
+    store.put_sdep(obj, deleted=False)
+    sdep = SpeculativeDeployment.from_mapping(obj)
+    both = {
+        "metadata": {
+            "name": KEY[1],
+            "namespace": KEY[0],
+            "uid": "uid-service",
+            "labels": {LABEL_NAME: KEY[1]},
+            "ownerReferences": [{"uid": "u1", "controller": True}],
+        },
+        "spec": {"selector": {LABEL_NAME: KEY[1]}},
+    }
+    store.put_child("Service", both, deleted=False)  # the crash came between the status and the Service
+    kube = RecordingKube()
+    reconcile(kube, store)
+    assert ("apply", "Service", KEY[1]) in kube.writes
+    assert not any(w[0] == "delete" for w in kube.writes)
+    stable_only = merged(both, {"spec": {"selector": {LABEL_TRACK: "stable"}}})
+    store.put_child("Service", stable_only, deleted=False)
+    store.put_sdep(merged(obj, {"metadata": {"resourceVersion": "12"}}), deleted=False)
+    kube = RecordingKube()
+    reconcile(kube, store)
+    assert ("delete", "Deployment", f"{sdep.metadata.name}-canary") in kube.writes
