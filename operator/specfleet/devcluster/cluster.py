@@ -30,6 +30,7 @@ from specfleet.devcluster import config, process
 from specfleet.devcluster.binaries import (
     COMPONENTS,
     CONTROL_PLANE,
+    TOOLS,
     find_prometheus,
     prometheus_version,
 )
@@ -383,7 +384,7 @@ def _start(
 ) -> ClusterInfo:
     cache = cache_root()
     prometheus = find_prometheus()  # before a long build: a missing package should fail fast
-    binaries = {**GoBuilder(cache, console).ensure(list(COMPONENTS)), "prometheus": prometheus}
+    binaries = {**GoBuilder(cache, console).ensure(list(TOOLS)), "prometheus": prometheus}
     _check_ports_free(ports)
     layout.state_dir.mkdir(parents=True, exist_ok=True)
     layout.marker.write_text("specfleet dev cluster state; `specfleet dev down` deletes this directory\n")
@@ -436,7 +437,7 @@ def _start(
         for name in reversed(PROCESSES):
             process.stop(layout.pid_file(name))
         raise
-    versions = {name: COMPONENTS[name].version for name in COMPONENTS}
+    versions = {name: COMPONENTS[name].version for name in TOOLS}
     versions["prometheus"] = prometheus_version(binaries["prometheus"])
     info = ClusterInfo(
         state_dir=layout.state_dir,

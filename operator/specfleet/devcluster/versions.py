@@ -19,5 +19,13 @@ KWOK_VERSION: Final = "v0.8.0"
 HELM_VERSION: Final = "v3.22.0"
 """helm v3 (module helm.sh/helm/v3), for charts installed into the dev cluster."""
 
+ARGO_ROLLOUTS_VERSION: Final = "v1.10.1"
+"""Argo Rollouts controller (module github.com/argoproj/argo-rollouts), a peer for the side-by-side
+benchmark only. v1.10.2 declares go 1.26.10, newer than a local 1.26.8; v1.10.1 builds with it."""
+
+FLAGGER_VERSION: Final = "v1.44.0"
+"""Flagger (module github.com/fluxcd/flagger), a peer for the side-by-side benchmark only. The proxy lists
+only v1.36.1, but an explicit query finds v1.44.0."""
+
 MINIMUM_GO: Final = (1, 26)
 """All four modules above declare `go 1.26.0`; with GOTOOLCHAIN=local an older go cannot build them."""
