@@ -84,6 +84,17 @@ def operator(dev_cluster: ClusterInfo, crd_installed: None, namespace: str, tmp_
 
 
 @pytest.fixture
+def guarded_operator(
+    dev_cluster: ClusterInfo, crd_installed: None, namespace: str, tmp_path: Path
+) -> Iterator[Operator]:
+    """The operator judging canaries from the dev cluster's Prometheus."""
+    running = Operator(dev_cluster, namespace, tmp_path / "operator.log", prometheus_url=dev_cluster.prometheus_url)
+    running.start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
 def fleet(k8s_api: kubernetes.client.ApiClient, dev_cluster: ClusterInfo, namespace: str) -> Fleet:
     return Fleet(k8s_api, dev_cluster, namespace)
 

@@ -90,16 +90,6 @@ def simulator(dev_cluster: ClusterInfo, namespace: str, tmp_path: Path) -> Itera
     running.stop()
 
 
-@pytest.fixture
-def guarded_operator(
-    dev_cluster: ClusterInfo, crd_installed: None, namespace: str, tmp_path: Path
-) -> Iterator[Operator]:
-    running = Operator(dev_cluster, namespace, tmp_path / "operator.log", prometheus_url=dev_cluster.prometheus_url)
-    running.start()
-    yield running
-    running.stop()
-
-
 def start_canary(fleet: Fleet, canary: dict[str, Any], stable: dict[str, Any] | None = None) -> str:
     """A Healthy fleet serving `stable`'s speculative config, then changed to `canary`'s; the canary revision."""
     fleet.apply(sdep(rollout=ROLLOUT, speculative=stable or EAGLE3_K5))

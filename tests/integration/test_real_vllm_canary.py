@@ -67,16 +67,6 @@ def real_vllm(vllm_home: VllmHome, dev_cluster: ClusterInfo, namespace: str, tmp
     running.stop()
 
 
-@pytest.fixture
-def guarded_operator(
-    dev_cluster: ClusterInfo, crd_installed: None, namespace: str, tmp_path: Path
-) -> Iterator[Operator]:
-    running = Operator(dev_cluster, namespace, tmp_path / "operator.log", prometheus_url=dev_cluster.prometheus_url)
-    running.start()
-    yield running
-    running.stop()
-
-
 def tiny(speculative: dict[str, Any]) -> dict[str, Any]:
     return sdep(
         "tiny",
