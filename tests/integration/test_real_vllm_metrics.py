@@ -7,6 +7,7 @@ same argv. Prometheus is the dev cluster's, scraping the file_sd targets the rea
 """
 
 import json
+import os
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -32,7 +33,14 @@ from specfleet.sim.server import Simulator
 
 from fleetkit import wait_for
 
-pytestmark = [pytest.mark.vllm, pytest.mark.integration]
+pytestmark = [
+    pytest.mark.vllm,
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        os.environ.get("SPECFLEET_VLLM_E2E") != "1",
+        reason="starts real CPU vLLM servers (minutes each); run with SPECFLEET_VLLM_E2E=1 (see docs/real-vllm.md)",
+    ),
+]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 REQUESTS = 150
