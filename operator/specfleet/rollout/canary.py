@@ -12,7 +12,7 @@ from specfleet.api.status import (
 )
 from specfleet.render.manifests import canary_replicas
 from specfleet.rollout.draft import _Draft
-from specfleet.rollout.lifecycle import _abort, _fail_canary, _promote, _step_label
+from specfleet.rollout.lifecycle import FRESH_EVIDENCE, _abort, _fail_canary, _promote, _step_label
 from specfleet.rollout.vocabulary import PROMOTE_FULL, Command, ConditionType
 
 
@@ -25,16 +25,9 @@ def _start_canary(draft: _Draft, desired: str) -> None:
         canary_revision=desired,
         current_step=0,
         step_started_at=draft.obs.now,
-        step_ready_at=None,
-        step_ready_seconds=0,
         canary_started_at=draft.obs.now,
-        failed_analyses=0,
-        analyses=0,
-        evidence_since=None,
-        unjudged_since=None,
-        no_data_seconds=0,
-        provider_error_seconds=0,
         last_analysis=None,
+        **FRESH_EVIDENCE,
         retiring_revision=None,  # the canary Deployment is taken over by the new revision
         traffic_off_at=None,
     )

@@ -9,6 +9,18 @@ from specfleet.api.status import (
 from specfleet.rollout.draft import _Draft
 from specfleet.rollout.vocabulary import DRAIN, ConditionType
 
+FRESH_EVIDENCE = {
+    "step_ready_at": None,
+    "step_ready_seconds": 0,
+    "failed_analyses": 0,
+    "analyses": 0,
+    "evidence_since": None,
+    "unjudged_since": None,
+    "no_data_seconds": 0,
+    "provider_error_seconds": 0,
+}
+"""What a canary has measured and counted: nothing, when a canary starts or ends."""
+
 
 def _step_label(draft: _Draft) -> str:
     steps, index = draft.spec.rollout.steps, draft.status.current_step or 0
@@ -98,16 +110,5 @@ def _drain(draft: _Draft) -> None:
 
 def _clear_canary(draft: _Draft) -> None:
     draft.update(
-        canary_revision=None,
-        current_step=None,
-        step_started_at=None,
-        step_ready_at=None,
-        step_ready_seconds=0,
-        canary_started_at=None,
-        failed_analyses=0,
-        analyses=0,
-        evidence_since=None,
-        unjudged_since=None,
-        no_data_seconds=0,
-        provider_error_seconds=0,
+        canary_revision=None, current_step=None, step_started_at=None, canary_started_at=None, **FRESH_EVIDENCE
     )
