@@ -9,7 +9,6 @@ times): on a busy box the good canary measured +62% per-token p95 against plain 
 here is the loop and acceptance, not CPU timing.
 """
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,15 +21,12 @@ from specfleet.devcluster.cluster import ClusterInfo
 from specfleet.metrics.prometheus import Prometheus
 from specfleet.realvllm.install import DEFAULT_VERSION, VllmHome
 
-from fleetkit import Fleet, Operator, sdep, wait_for
+from fleetkit import VLLM_SERVERS, Fleet, Operator, sdep, wait_for
 
 pytestmark = [
     pytest.mark.vllm,
     pytest.mark.integration,
-    pytest.mark.skipif(
-        os.environ.get("SPECFLEET_VLLM_E2E") != "1",
-        reason="10-20 minutes of real CPU vLLM; run with SPECFLEET_VLLM_E2E=1 (not yet in CI, see docs/real-vllm.md)",
-    ),
+    VLLM_SERVERS,
 ]
 
 ROLLOUT: dict[str, Any] = {

@@ -7,7 +7,6 @@ same argv. Prometheus is the dev cluster's, scraping the file_sd targets the rea
 """
 
 import json
-import os
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -31,15 +30,12 @@ from specfleet.render.manifests import LABEL_NAME, LABEL_REVISION, LABEL_TRACK, 
 from specfleet.sim.scenario import load_scenario
 from specfleet.sim.server import Simulator
 
-from fleetkit import wait_for
+from fleetkit import VLLM_SERVERS, wait_for
 
 pytestmark = [
     pytest.mark.vllm,
     pytest.mark.integration,
-    pytest.mark.skipif(
-        os.environ.get("SPECFLEET_VLLM_E2E") != "1",
-        reason="starts real CPU vLLM servers (minutes each); run with SPECFLEET_VLLM_E2E=1 (see docs/real-vllm.md)",
-    ),
+    VLLM_SERVERS,
 ]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
