@@ -13,8 +13,9 @@ from pydantic import ValidationError
 
 from specfleet.api.problems import InvalidSpecError
 from specfleet.api.resource import SpeculativeDeployment
-from specfleet.render.manifests import LABEL_NAME, LABEL_REVISION, LABEL_TRACK, Track, revision
-from specfleet.rollout import Command, Observation, TrackObservation
+from specfleet.api.vocabulary import LABEL_NAME, LABEL_REVISION, LABEL_TRACK, Command, Track
+from specfleet.render.manifests import revision
+from specfleet.rollout import Observation, TrackObservation
 from specfleet.validation import errors, spec_problems
 
 Raw = Mapping[str, Any]

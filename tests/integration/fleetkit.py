@@ -1,6 +1,5 @@
 """Helpers for integration tests that run the operator: a process wrapper, API shortcuts, manifests."""
 
-import os
 import signal
 import subprocess
 import sys
@@ -16,11 +15,6 @@ import yaml
 from specfleet.devcluster.cluster import ClusterInfo
 
 T = TypeVar("T")
-VLLM_SERVERS = pytest.mark.skipif(
-    os.environ.get("SPECFLEET_VLLM_E2E") != "1",
-    reason="starts real CPU vLLM servers (minutes each); run with SPECFLEET_VLLM_E2E=1 (see docs/real-vllm.md)",
-)
-"""Tests that start real vLLM servers: not yet reliable within the test timeouts on a busy 2-core machine."""
 GROUP, VERSION, PLURAL = "specfleet.io", "v1alpha1", "speculativedeployments"
 
 

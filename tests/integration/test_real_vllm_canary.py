@@ -21,12 +21,11 @@ from specfleet.devcluster.cluster import ClusterInfo
 from specfleet.metrics.prometheus import Prometheus
 from specfleet.realvllm.install import DEFAULT_VERSION, VllmHome
 
-from fleetkit import VLLM_SERVERS, Fleet, Operator, sdep, wait_for
+from fleetkit import Fleet, Operator, sdep, wait_for
 
 pytestmark = [
     pytest.mark.vllm,
     pytest.mark.integration,
-    VLLM_SERVERS,
 ]
 
 ROLLOUT: dict[str, Any] = {

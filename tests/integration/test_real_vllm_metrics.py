@@ -19,6 +19,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from specfleet.api.resource import SpeculativeDeployment
+from specfleet.api.vocabulary import LABEL_NAME, LABEL_REVISION, LABEL_TRACK, Track
 from specfleet.controller.analysis import evidence
 from specfleet.devcluster.cluster import ClusterInfo
 from specfleet.metrics import names, promql
@@ -26,16 +27,16 @@ from specfleet.metrics.prometheus import Prometheus
 from specfleet.realvllm.install import DEFAULT_VERSION, VllmHome
 from specfleet.realvllm.runner import LoadPlan, RealEngine
 from specfleet.realvllm.translate import translate
-from specfleet.render.manifests import LABEL_NAME, LABEL_REVISION, LABEL_TRACK, Track, deployment, revision
+from specfleet.render.manifests import deployment, revision
 from specfleet.sim.scenario import load_scenario
 from specfleet.sim.server import Simulator
 
-from fleetkit import VLLM_SERVERS, wait_for
+from fleetkit import wait_for
 
 pytestmark = [
     pytest.mark.vllm,
     pytest.mark.integration,
-    VLLM_SERVERS,
+    pytest.mark.timeout(1500),  # the first test also starts the module's two servers (2-7 min each on 2 cores)
 ]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -8,9 +8,9 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from typer.testing import CliRunner
 
+from specfleet.api.vocabulary import command_target
 from specfleet.cli import rollouts
 from specfleet.cli.main import app
-from specfleet.rollout import command_target
 
 runner = CliRunner()
 

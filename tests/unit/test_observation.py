@@ -4,8 +4,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from specfleet.api.resource import SpeculativeDeployment
+from specfleet.api.vocabulary import Track
 from specfleet.observation import controlled_by, observe, parse, track_observation
-from specfleet.render.manifests import Track
 
 from bad_specs import BASE, merged
 

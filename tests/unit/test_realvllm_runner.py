@@ -13,9 +13,10 @@ import pytest
 import yaml
 
 from specfleet.api.resource import SpeculativeDeployment
+from specfleet.api.vocabulary import Track
 from specfleet.realvllm.install import VllmHome
 from specfleet.realvllm.runner import LoadPlan, RealEngine
-from specfleet.render.manifests import Track, deployment, revision
+from specfleet.render.manifests import deployment, revision
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FAKE_VLLM = """#!{python}

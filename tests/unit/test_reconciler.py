@@ -4,6 +4,7 @@ the watch cache has not caught up with our own last write; an unreadable Prometh
 Error verdict, not an exception; a retiring canary is kept until its traffic is observed off."""
 
 import asyncio
+import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,11 +14,12 @@ from kubernetes.dynamic.exceptions import ConflictError
 
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.status import Phase, SpeculativeDeploymentStatus
+from specfleet.api.vocabulary import LABEL_NAME, LABEL_REVISION, LABEL_TRACK, Track
 from specfleet.controller.kube import SecretError
 from specfleet.controller.queue import WorkQueue
 from specfleet.controller.reconciler import Reconciler
 from specfleet.controller.store import Store
-from specfleet.render.manifests import LABEL_NAME, LABEL_REVISION, LABEL_TRACK, Track, deployment, revision
+from specfleet.render.manifests import deployment, revision
 
 from bad_specs import BASE, merged
 
@@ -176,6 +178,20 @@ def test_a_watch_cache_behind_our_own_write_is_not_acted_on_again() -> None:
     store.put_sdep(fresh, deleted=False)  # the watch delivers something newer: acted on again
     reconcile(kube, store, reconciler)
     assert len(kube.writes) + len(kube.status_writes) > writes
+
+
+def test_every_transition_event_is_also_logged_so_the_operator_log_tells_the_rollout(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store, _ = canary_world()
+    store.put_sdep(
+        merged(store.sdeps[KEY], {"metadata": {"annotations": {"specfleet.io/abort": "now"}}}), deleted=False
+    )
+    with caplog.at_level(logging.INFO, logger="specfleet.reconciler"):
+        reconcile(RecordingKube(), store)
+    aborted = [r for r in caplog.records if "Aborted" in r.getMessage()]
+    assert len(aborted) == 1 and aborted[0].levelno == logging.WARNING, caplog.text
+    assert f"{KEY[0]}/{KEY[1]}: Aborted: canary" in aborted[0].getMessage()
 
 
 # 4. a retiring canary goes only once its traffic is seen off

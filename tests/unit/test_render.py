@@ -8,12 +8,9 @@ import yaml
 
 from specfleet.api.problems import InvalidSpecError
 from specfleet.api.resource import SpeculativeDeployment
+from specfleet.api.vocabulary import LABEL_NAME, LABEL_REVISION, LABEL_TRACK, Track
 from specfleet.render.argv import vllm_argv
 from specfleet.render.manifests import (
-    LABEL_NAME,
-    LABEL_REVISION,
-    LABEL_TRACK,
-    Track,
     canary_replicas,
     deployment,
     fleet_selector,

@@ -15,8 +15,9 @@ from specfleet.api.status import (
     SpeculativeDeploymentStatus,
     Verdict,
 )
+from specfleet.api.vocabulary import Command
 from specfleet.render.manifests import revision
-from specfleet.rollout import Command, Decision, Observation, TrackObservation, decide
+from specfleet.rollout import Decision, Observation, TrackObservation, decide
 
 from bad_specs import BASE, merged
 

@@ -8,8 +8,9 @@ from typing import Any
 from test_rollout import Fleet, analysis, guarded_canary, healthy_fleet
 
 from specfleet.api.status import Analysis, Outcome, Phase, Verdict
+from specfleet.api.vocabulary import Command
 from specfleet.render.manifests import revision
-from specfleet.rollout import DRAIN, Command, Decision, TrackObservation, decide
+from specfleet.rollout import DRAIN, Decision, TrackObservation, decide
 
 PROMOTE, ABORT, RETRY = Command.PROMOTE.annotation, Command.ABORT.annotation, Command.RETRY.annotation
 

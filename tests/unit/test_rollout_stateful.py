@@ -19,8 +19,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from specfleet.api.spec import SpeculativeDeploymentSpec
 from specfleet.api.status import Analysis, Outcome, SpeculativeDeploymentStatus, Verdict
+from specfleet.api.vocabulary import Command
 from specfleet.render.manifests import canary_replicas, revision
-from specfleet.rollout import Command, Decision, Observation, TrackObservation, decide, live_canary
+from specfleet.rollout import Decision, Observation, TrackObservation, decide, live_canary
 
 from bad_specs import BASE, merged
 

@@ -12,11 +12,12 @@ from specfleet import __version__
 from specfleet.api.crd import crd_yaml
 from specfleet.api.problems import InvalidSpecError, Severity
 from specfleet.api.resource import SpeculativeDeployment
+from specfleet.api.vocabulary import Track
 from specfleet.chartgen import GENERATED as CHART_FILES
 from specfleet.cli import rollouts
 from specfleet.cli.run import run
 from specfleet.devcluster.cli import app as dev_app
-from specfleet.render.manifests import Track, render
+from specfleet.render.manifests import render
 from specfleet.sim.cli import sim_command
 from specfleet.validation import errors, validate_document
 

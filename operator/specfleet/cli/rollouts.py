@@ -26,7 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from specfleet.api.resource import GROUP, PLURAL, VERSION
-from specfleet.rollout import PROMOTE_FULL, Command
+from specfleet.api.vocabulary import PROMOTE_FULL, Command
 
 console = Console(width=None if sys.stdout.isatty() else 160)  # pipes get whole columns, not "NAMESPA…"
 errors = Console(stderr=True)

@@ -25,12 +25,12 @@ import kopf
 from kubernetes.dynamic.exceptions import ConflictError
 
 from specfleet.api.resource import GROUP, PLURAL, VERSION
+from specfleet.api.vocabulary import FIELD_MANAGER, LABEL_NAME
 from specfleet.controller.kube import Kube, connection_info
 from specfleet.controller.metrics import LEADER, FleetCollector
 from specfleet.controller.queue import WorkQueue
 from specfleet.controller.reconciler import Reconciler
 from specfleet.controller.store import Store
-from specfleet.render.manifests import FIELD_MANAGER, LABEL_NAME
 
 MANAGED = {"app.kubernetes.io/managed-by": FIELD_MANAGER}
 INITIAL_SYNC_SECONDS = 2.0

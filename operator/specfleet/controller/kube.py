@@ -16,8 +16,8 @@ from kubernetes.dynamic.exceptions import ForbiddenError, NotFoundError, Resourc
 from kubernetes.dynamic.resource import Resource
 
 from specfleet.api.resource import API_VERSION, KIND
+from specfleet.api.vocabulary import FIELD_MANAGER
 from specfleet.controller.metrics import API_REQUESTS
-from specfleet.render.manifests import FIELD_MANAGER
 
 Manifest = dict[str, Any]
 

@@ -20,7 +20,8 @@ from typing import Any
 from kubernetes.dynamic.exceptions import ApiException, ConflictError
 
 from specfleet.api.resource import SpeculativeDeployment
-from specfleet.api.status import Analysis, Phase, SpeculativeDeploymentStatus, Verdict
+from specfleet.api.status import Analysis, SpeculativeDeploymentStatus, Verdict
+from specfleet.api.vocabulary import LABEL_TRACK, Track
 from specfleet.controller.analysis import analyze
 from specfleet.controller.kube import Kube, SecretError
 from specfleet.controller.metrics import RECONCILE_SECONDS, RECONCILES, TRANSITIONS
@@ -29,16 +30,7 @@ from specfleet.controller.store import Key, Store
 from specfleet.metrics.prometheus import Prometheus
 from specfleet.observation import controlled_by, observe, parse
 from specfleet.patches import contains, merge_patch, stamped
-from specfleet.render.manifests import (
-    LABEL_TRACK,
-    Manifest,
-    Track,
-    child_name,
-    deployment,
-    fleet_selector,
-    route_rules,
-    service,
-)
+from specfleet.render.manifests import Manifest, child_name, deployment, fleet_selector, route_rules, service
 from specfleet.rollout import Decision, Observation, decide
 
 logger = logging.getLogger("specfleet.reconciler")
@@ -184,6 +176,8 @@ class Reconciler:
             self._delete_unwanted(key, sdep, keep, children)
         for event in decision.events:
             TRANSITIONS.labels(event.reason).inc()
+            level = logging.WARNING if event.type == "Warning" else logging.INFO
+            logger.log(level, "%s/%s: %s: %s", *key, event.reason, event.message)
             self.kube.post_event(body, event.type, event.reason, event.message)
         if decision.done_commands:
             # changed meanwhile (maybe the same command given again): the next pass looks again
@@ -279,8 +273,6 @@ class Reconciler:
         written = self.kube.patch_status(sdep.metadata.namespace, sdep.metadata.name, patch, version)
         if written != version:
             self._written_over[key] = version
-        if status.phase in (Phase.ROLLED_BACK, Phase.ABORTED, Phase.DEGRADED):
-            logger.warning("%s/%s is %s", sdep.metadata.namespace, sdep.metadata.name, status.phase.value)
         return written
 
 

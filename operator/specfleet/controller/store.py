@@ -5,7 +5,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from specfleet.render.manifests import LABEL_NAME
+from specfleet.api.vocabulary import LABEL_NAME
 
 Key = tuple[str, str]  # (namespace, name) of a SpeculativeDeployment
 Raw = dict[str, Any]

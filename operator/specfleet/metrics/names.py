@@ -5,7 +5,7 @@ operator's PodMonitor `podTargetLabels` does it (`specfleet.io/track` -> `specfl
 simulator writes file_sd targets with exactly these labels, and the chart's PodMonitor produces them.
 """
 
-from specfleet.render.manifests import LABEL_NAME, LABEL_REVISION, LABEL_TRACK
+from specfleet.api.vocabulary import LABEL_NAME, LABEL_REVISION, LABEL_TRACK
 
 
 def prometheus_label(pod_label: str) -> str:

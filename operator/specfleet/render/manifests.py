@@ -8,31 +8,21 @@ a memory emptyDir, seccomp Unconfined, the video group, and a start-up budget si
 import hashlib
 import json
 import math
-from enum import StrEnum
 from typing import Any
 
 from specfleet.api.durations import parse_duration
 from specfleet.api.resource import API_VERSION, KIND, SpeculativeDeployment
 from specfleet.api.spec import SpeculativeDeploymentSpec
+from specfleet.api.vocabulary import FIELD_MANAGER, LABEL_NAME, LABEL_REVISION, LABEL_TRACK, Track
 from specfleet.hardware import NODE_FEATURE_LABEL, PRODUCT_NAME_LABEL
 from specfleet.render.argv import VLLM_PORT, vllm_argv
 
 Manifest = dict[str, Any]
 
-LABEL_NAME = "specfleet.io/name"
-LABEL_TRACK = "specfleet.io/track"
-LABEL_REVISION = "specfleet.io/revision"
-FIELD_MANAGER = "specfleet"
-
 DEFAULT_IMAGE_REPOSITORY = "ghcr.io/specfleet/vllm-rocm"
 HF_HOME = "/cache/huggingface"
 SERVING_UID = 1000
 REVISION_LENGTH = 10
-
-
-class Track(StrEnum):
-    STABLE = "stable"
-    CANARY = "canary"
 
 
 def image(spec: SpeculativeDeploymentSpec) -> str:

@@ -2,7 +2,7 @@
 
 Pure and total: every transition of a SpeculativeDeployment is decided here, top to bottom, and all
 the state it needs is in the status it is given (so a restarted operator continues where it was).
-The shell (`specfleet.operator`) observes, calls `decide`, and applies the result.
+The shell (`specfleet.controller`) observes, calls `decide`, and applies the result.
 
 Transitions:
 
@@ -27,34 +27,24 @@ and dropped with a `CommandIgnored` event, so it never acts on a later canary.
 """
 
 from specfleet.rollout.decide import decide
-from specfleet.rollout.vocabulary import (
-    COMMAND_PREFIX,
+from specfleet.rollout.types import (
     DRAIN,
-    PROMOTE_FULL,
-    Command,
-    ConditionType,
     Decision,
     Event,
     Observation,
     TrackObservation,
     TrackTarget,
-    command_target,
     live_canary,
     set_condition,
 )
 
 __all__ = [
-    "COMMAND_PREFIX",
     "DRAIN",
-    "PROMOTE_FULL",
-    "Command",
-    "ConditionType",
     "Decision",
     "Event",
     "Observation",
     "TrackObservation",
     "TrackTarget",
-    "command_target",
     "decide",
     "live_canary",
     "set_condition",

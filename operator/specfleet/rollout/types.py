@@ -1,10 +1,8 @@
-"""The rollout's shared vocabulary: commands, conditions, what is observed and what is decided."""
+"""What the state machine is given (an observation) and what it returns (a decision)."""
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from enum import StrEnum
 from typing import Any
 
 from specfleet.api.status import (
@@ -13,43 +11,10 @@ from specfleet.api.status import (
     ConditionStatus,
     SpeculativeDeploymentStatus,
 )
-
-COMMAND_PREFIX = "specfleet.io/"
-
-
-COMMAND_TARGET = re.compile(r"\brevision=([A-Za-z0-9.-]+)")
-
-
-def command_target(value: str) -> str | None:
-    """The revision a command was given for (`revision=<rev>` in its value), or None when it names none."""
-    match = COMMAND_TARGET.search(value)
-    return match.group(1) if match else None
-
-
-class Command(StrEnum):
-    """What a user can ask of a rollout, as annotations `specfleet.io/<command>` (the CLI writes them)."""
-
-    PROMOTE = "promote"
-    ABORT = "abort"
-    RETRY = "retry"
-
-    @property
-    def annotation(self) -> str:
-        return COMMAND_PREFIX + self.value
-
+from specfleet.api.vocabulary import ConditionType
 
 DRAIN = timedelta(seconds=10)
 """Time between taking traffic off a canary and deleting its pods (endpoints and routes catch up)."""
-
-PROMOTE_FULL = "full"
-"""`specfleet.io/promote: full` skips the remaining steps."""
-
-
-class ConditionType(StrEnum):
-    AVAILABLE = "Available"
-    PROGRESSING = "Progressing"
-    SPEC_VALID = "SpecValid"
-    GUARDED = "Guarded"
 
 
 @dataclass(frozen=True)

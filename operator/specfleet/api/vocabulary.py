@@ -1,0 +1,48 @@
+"""The names specfleet writes on objects and reads back: labels, field manager, tracks, commands, conditions.
+
+They are part of the API as users and other tools see it (a label selector, a `kubectl annotate`, a
+`kubectl wait --for=condition=...`), so they live at the bottom, importable by every layer.
+"""
+
+import re
+from enum import StrEnum
+
+LABEL_NAME = "specfleet.io/name"
+LABEL_TRACK = "specfleet.io/track"
+LABEL_REVISION = "specfleet.io/revision"
+FIELD_MANAGER = "specfleet"
+COMMAND_PREFIX = "specfleet.io/"
+PROMOTE_FULL = "full"
+"""`specfleet.io/promote: full` skips the remaining steps."""
+
+COMMAND_TARGET = re.compile(r"\brevision=([A-Za-z0-9.-]+)")
+
+
+class Track(StrEnum):
+    STABLE = "stable"
+    CANARY = "canary"
+
+
+class Command(StrEnum):
+    """What a user can ask of a rollout, as annotations `specfleet.io/<command>` (the CLI writes them)."""
+
+    PROMOTE = "promote"
+    ABORT = "abort"
+    RETRY = "retry"
+
+    @property
+    def annotation(self) -> str:
+        return COMMAND_PREFIX + self.value
+
+
+def command_target(value: str) -> str | None:
+    """The revision a command was given for (`revision=<rev>` in its value), or None when it names none."""
+    match = COMMAND_TARGET.search(value)
+    return match.group(1) if match else None
+
+
+class ConditionType(StrEnum):
+    AVAILABLE = "Available"
+    PROGRESSING = "Progressing"
+    SPEC_VALID = "SpecValid"
+    GUARDED = "Guarded"

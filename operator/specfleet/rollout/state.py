@@ -1,0 +1,90 @@
+"""`Pass`: one decision in the making, as a frozen value. Every transition takes one and returns the next."""
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from specfleet.api.spec import SpeculativeDeploymentSpec
+from specfleet.api.status import ConditionStatus, HistoryEntry, Outcome, Phase, SpeculativeDeploymentStatus
+from specfleet.api.vocabulary import Command, ConditionType, command_target
+from specfleet.rollout.types import Event, Observation, live_canary, set_condition
+
+
+@dataclass(frozen=True)
+class Pass:
+    """What one pass of `decide` has decided so far: the next status, events, wake-ups, canary traffic."""
+
+    spec: SpeculativeDeploymentSpec
+    obs: Observation
+    status: SpeculativeDeploymentStatus
+    events: tuple[Event, ...] = ()
+    wake: tuple[datetime, ...] = ()
+    canary_traffic: bool = False
+    analysis_due: bool = False
+    live_before: str | None = None
+    """The canary that was live when this pass began: commands can only be for it."""
+    decided: bool = False
+    """The live canary's move for this pass is made (ended, paused, waiting): its later transitions are skipped."""
+
+    def but(self, **changes: Any) -> "Pass":
+        return replace(self, **changes)
+
+    def with_status(self, **changes: Any) -> "Pass":
+        return replace(self, status=self.status.model_copy(update=changes))
+
+    def with_event(self, reason: str, message: str, warning: bool = False) -> "Pass":
+        return replace(self, events=(*self.events, Event("Warning" if warning else "Normal", reason, message)))
+
+    def waking_at(self, when: datetime) -> "Pass":
+        return replace(self, wake=(*self.wake, when))
+
+    def with_condition(self, kind: ConditionType, ok: bool | None, reason: str, message: str = "") -> "Pass":
+        value = ConditionStatus.UNKNOWN if ok is None else ConditionStatus.TRUE if ok else ConditionStatus.FALSE
+        conditions = set_condition(
+            self.status.conditions, kind, value, reason, message, self.obs.now, self.obs.generation
+        )
+        return self.with_status(conditions=conditions)
+
+    def in_phase(self, phase: Phase, progressing: bool, reason: str, message: str) -> "Pass":
+        """The phase and the Progressing condition that explains it, always set together."""
+        return self.with_status(phase=phase).with_condition(ConditionType.PROGRESSING, progressing, reason, message)
+
+    def pending(self, command: Command) -> str | None:
+        """The value of a command annotation not acted on yet."""
+        value = self.obs.commands.get(command.annotation)
+        if value is None or self.status.acknowledged_commands.get(command.annotation) == value:
+            return None
+        return value
+
+    def applies(self, command: Command) -> bool:
+        """Whether a pending command is for what is live now: the live canary, or the rejected revision."""
+        value = self.pending(command)
+        if value is None:
+            return False
+        if command is Command.RETRY:
+            current = self.status.rejected_revision
+        else:  # a canary started by this very pass did not exist when the command was given
+            current = live_canary(self.status)
+            current = current if current == self.live_before else None
+        return current is not None and command_target(value) in (None, current)
+
+    def acknowledging(self, command: Command) -> "Pass":
+        acked = {**self.status.acknowledged_commands, command.annotation: self.obs.commands[command.annotation]}
+        return self.with_status(acknowledged_commands=acked)
+
+    def recording(self, outcome: Outcome, revision: str, reason: str, *, of_current_spec: bool = True) -> "Pass":
+        """A history entry; an older canary's config is no longer in the spec, so it gets no summary."""
+        last = self.status.last_analysis
+        measured = last.canary if last and last.revision == revision else None
+        entry = HistoryEntry(
+            revision=revision,
+            outcome=outcome,
+            time=self.obs.now,
+            reason=reason[:1024],
+            summary=self.spec.summary()[:1024] if of_current_spec else "",
+            acceptance_alpha=measured.acceptance_alpha if measured else None,
+            acceptance_rate=measured.acceptance_rate if measured else None,
+            token_latency_p95_seconds=measured.token_latency_p95_seconds if measured else None,
+            serving=self.spec.serving() if of_current_spec else None,
+        )
+        return self.with_status(history=[*self.status.history, entry][-self.spec.rollout.history_limit :])
