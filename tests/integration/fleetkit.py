@@ -33,9 +33,16 @@ def wait_for(what: str, probe: Callable[[], T], timeout: float = 60.0) -> T:
 class Operator:
     """`specfleet run` as a child process, restricted to one namespace."""
 
-    def __init__(self, cluster: ClusterInfo, namespace: str, log: Path, prometheus_url: str | None = None) -> None:
+    def __init__(
+        self,
+        cluster: ClusterInfo,
+        namespace: str,
+        log: Path,
+        prometheus_url: str | None = None,
+        extra: tuple[str, ...] = (),
+    ) -> None:
         self.cluster, self.namespace, self.log = cluster, namespace, log
-        self.prometheus_url = prometheus_url
+        self.prometheus_url, self.extra = prometheus_url, extra
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -43,6 +50,7 @@ class Operator:
         command += ["--kubeconfig", str(self.cluster.kubeconfig), "--resync", "30"]
         if self.prometheus_url:
             command += ["--prometheus-url", self.prometheus_url]
+        command += self.extra
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
 

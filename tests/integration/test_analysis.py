@@ -6,10 +6,12 @@ simulator's scenario states what each drafter has (its per-token acceptance alph
 number Prometheus should show; a test changes it at run time through its control endpoint.
 """
 
+import json
 import socket
 import subprocess
 import sys
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -136,6 +138,61 @@ def test_the_same_drafter_at_alpha_0_3_is_rolled_back_with_the_evidence(
     selector = fleet.core.read_namespaced_service("llama", fleet.namespace).spec.selector
     assert selector["specfleet.io/track"] == "stable"
     wait_for("the canary to go", lambda: "llama-canary" not in fleet.deployments())
+
+
+def test_tokens_never_leave_their_secrets(
+    dev_cluster: ClusterInfo, crd_installed: None, simulator: Simulator, fleet: Fleet, tmp_path: Path
+) -> None:
+    """A Prometheus bearer token and an HF token in Secrets, two canaries rolled back (one judged by an
+    operator logging JSON, one by an operator logging every reconcile for people): neither token appears
+    in the operator's logs, Events, status, `kubectl specfleet status` or the simulator's output."""
+    tokens = {"prom-token": f"sf-prom-{uuid.uuid4().hex}", "hf-token": f"hf_{uuid.uuid4().hex}"}
+    for name, token in tokens.items():
+        fleet.core.create_namespaced_secret(
+            fleet.namespace, {"metadata": {"name": name}, "stringData": {"token": token}}
+        )
+    prometheus = {"url": dev_cluster.prometheus_url, "authSecret": {"name": "prom-token", "key": "token"}}
+    bad = {**EAGLE3_K5, "model": "bad/EAGLE3-drafter"}
+    logs = [tmp_path / "operator-json.log", tmp_path / "operator-human.log"]
+    operator = Operator(dev_cluster, fleet.namespace, logs[0], extra=("--log-format", "json"))
+    operator.start()
+    try:
+        fleet.apply(
+            sdep(
+                rollout=ROLLOUT,
+                speculative=PLAIN,
+                prometheus=prometheus,
+                storage={"hfTokenSecret": {"name": "hf-token"}},
+            )
+        )
+        wait_for("Healthy", fleet.phase_is("llama", "Healthy"), timeout=90)
+        fleet.patch_spec("llama", {"speculative": bad})
+        wait_for("rollback", fleet.phase_is("llama", "RolledBack"), timeout=180)
+    finally:
+        operator.stop()
+    operator = Operator(dev_cluster, fleet.namespace, logs[1], extra=("--verbose",))
+    operator.start()
+    try:
+        fleet.patch_spec("llama", {"speculative": {**bad, "numSpeculativeTokens": 3}})
+        wait_for("a second rollback", lambda: len(fleet.status("llama").get("history", [])) >= 2, timeout=180)
+    finally:
+        operator.stop()
+    assert [h["outcome"] for h in fleet.status("llama")["history"]][-2:] == ["RolledBack", "RolledBack"]
+    events = fleet.core.list_namespaced_event(fleet.namespace).items
+    plugin = fleet.kubectl("specfleet", "status", "llama", check=False)
+    seen = {
+        "operator logs": "".join(log.read_text() for log in logs),
+        "events": "\n".join(f"{e.reason} {e.message}" for e in events),
+        "status": json.dumps(fleet.get("llama")),
+        "kubectl specfleet status": plugin.stdout + plugin.stderr,
+        "simulator": (tmp_path / "sim.log").read_text(),
+    }
+    json_lines = [json.loads(line) for line in logs[0].read_text().splitlines() if line.startswith("{")]
+    assert any("RolledBack" in line.get("message", "") for line in json_lines)  # the JSON operator logged
+    assert len(events) >= 4 and "RolledBack" in seen["events"]
+    for where, text in seen.items():
+        for token in tokens.values():
+            assert token not in text, f"a token appears in the {where}"
 
 
 def test_the_good_drafter_at_k1_against_a_k5_stable_is_rolled_back_on_latency(

@@ -6,9 +6,9 @@ the operator evaluate offline. Both halves sit side by side in the model that ow
 integration tests send every bad example to a real API server, so the two cannot drift silently.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, GetJsonSchemaHandler, model_validator
 from pydantic.alias_generators import to_camel
@@ -67,3 +67,40 @@ class ApiModel(BaseModel):
             if rules:
                 target["x-kubernetes-validations"] = rules
         return json_schema
+
+
+def without_null_fields(model: type[BaseModel], data: Any) -> Any:
+    """`data` without the `null`s of `model`'s known fields, at every depth: the API server prunes those
+    before defaulting (an empty `replicas:` in YAML gets the default), while an unknown field stays an
+    unknown field even when it is null."""
+    if not isinstance(data, Mapping):
+        return data
+    fields = {field.alias or name: field for name, field in model.model_fields.items()}
+    pruned = {}
+    for key, value in data.items():
+        field = fields.get(key)
+        if field is None:
+            pruned[key] = value
+        elif value is not None:
+            pruned[key] = _prune_value(field.annotation, value)
+    return pruned
+
+
+def _prune_value(annotation: Any, value: Any) -> Any:
+    models = [t for t in _types_in(annotation) if isinstance(t, type) and issubclass(t, BaseModel)]
+    if not models:
+        return value
+    if isinstance(value, list):
+        return [without_null_fields(models[0], item) for item in value]
+    return without_null_fields(models[0], value)
+
+
+def _types_in(annotation: Any) -> list[Any]:
+    """The classes an annotation is made of: `Annotated[list[Step], ...] | None` -> [list, Step, NoneType]."""
+    args = get_args(annotation)
+    if not args:
+        return [annotation]
+    found = [get_origin(annotation)]
+    for arg in args:
+        found += _types_in(arg)
+    return found

@@ -1,11 +1,13 @@
 """The `SpeculativeDeployment` kind: names, the whole object, and parsing it from YAML or the API."""
 
+import json
 from collections.abc import Mapping
+from datetime import date, datetime
 from typing import Annotated, Any
 
 from pydantic import Field
 
-from specfleet.api.base import ApiModel
+from specfleet.api.base import ApiModel, without_null_fields
 from specfleet.api.spec import SpeculativeDeploymentSpec
 from specfleet.api.status import SpeculativeDeploymentStatus
 
@@ -58,5 +60,18 @@ class SpeculativeDeployment(ApiModel):
 
     @classmethod
     def from_mapping(cls, body: Mapping[str, Any]) -> "SpeculativeDeployment":
-        """Parse a manifest or an API body (kopf's Body is a Mapping too)."""
-        return cls.model_validate(dict(body))
+        """Parse a manifest or an API body (kopf's Body is a Mapping too) with the API server's JSON typing.
+
+        Strict JSON parsing refuses what the API server refuses (`true` or `"2"` for an integer, a number
+        for a string) instead of coercing it; `null` is absent, as the API server prunes it from
+        non-nullable fields before defaulting; timestamps that YAML parsed are sent back as RFC 3339.
+        """
+        pruned = without_null_fields(cls, dict(body))
+        return cls.model_validate_json(json.dumps(pruned, default=_rfc3339), strict=True)
+
+
+def _rfc3339(value: Any) -> str:
+    """YAML turns unquoted timestamps into datetimes; JSON (and the API server) has them as strings."""
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not a JSON value")

@@ -9,6 +9,11 @@ from typing import Protocol
 
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from requests.exceptions import RequestException
+from urllib3.util.retry import Retry
+
+RETRY = Retry(total=1, connect=1, read=0, status=1, backoff_factor=0, status_forcelist=(502, 503, 504))
+"""One immediate retry for a refused connection or a proxy's blip; never for a read that timed out, so one
+analysis waits at most about one timeout for a hung Prometheus (the next analysis asks again)."""
 
 
 class ProviderError(RuntimeError):
@@ -31,7 +36,9 @@ class Prometheus:
 
     def __init__(self, url: str, token: str | None = None, timeout_seconds: float = 10.0) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else None
-        self._client = PrometheusConnect(url=url, headers=headers, disable_ssl=False, timeout=timeout_seconds)
+        self._client = PrometheusConnect(
+            url=url, headers=headers, disable_ssl=False, retry=RETRY, timeout=timeout_seconds
+        )
         self._url = url
 
     def _query(self, query: str, at: float | None) -> list[dict]:
@@ -39,6 +46,8 @@ class Prometheus:
             result = self._client.custom_query(query, params=None if at is None else {"time": f"{at:.3f}"})
         except (PrometheusApiClientException, RequestException, ValueError) as error:
             raise ProviderError(f"Prometheus at {self._url}: {error}") from error
+        except (KeyError, TypeError) as error:  # JSON, but not a query answer (no `data.result`)
+            raise ProviderError(f"Prometheus at {self._url} answered JSON that is not a query result") from error
         if not isinstance(result, list):
             raise ProviderError(f"Prometheus at {self._url} answered {type(result).__name__}, not a vector")
         return result
@@ -49,13 +58,28 @@ class Prometheus:
             raise ProviderError(f"expected one series, got {len(samples)} for {query}")
         if not samples:
             return None
-        value = float(samples[0]["value"][1])
+        _, value = self._sample(samples[0], query)
         return None if math.isnan(value) else value
 
     def by_label(self, query: str, label: str, at: float | None = None) -> dict[str, float]:
         values = {}
         for sample in self._query(query, at):
-            value = float(sample["value"][1])
+            metric, value = self._sample(sample, query)
             if not math.isnan(value):
-                values[sample["metric"].get(label, "")] = value
+                values[str(metric.get(label, ""))] = value
         return values
+
+    def _sample(self, sample: object, query: str) -> tuple[dict, float]:
+        """One series of an instant vector: its labels and its value (NaN kept: it means "no data").
+
+        Anything else (another result type, a value that is not a number, an infinite count) is a
+        malformed answer: an error, never a number the judge would take at face value.
+        """
+        try:
+            metric, (_, text) = sample.get("metric") or {}, sample["value"]  # type: ignore[attr-defined]
+            value = float(text)
+        except (AttributeError, KeyError, TypeError, ValueError) as error:
+            raise ProviderError(f"Prometheus at {self._url}: not an instant vector sample for {query}") from error
+        if math.isinf(value) or not isinstance(metric, dict):
+            raise ProviderError(f"Prometheus at {self._url}: sample {text!r} for {query} is not a finite number")
+        return metric, value
