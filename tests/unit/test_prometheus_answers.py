@@ -78,8 +78,6 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(payload)
 
-    do_POST = do_GET
-
     def log_message(self, format: str, *args: object) -> None:
         pass
 
