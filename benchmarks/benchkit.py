@@ -1,8 +1,14 @@
 """What the benchmark scripts share: a cluster with the CRD installed, ports, percentiles."""
 
+import contextlib
+import os
+import signal
 import socket
 import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import kubernetes
@@ -10,6 +16,7 @@ import kubernetes
 from specfleet.devcluster.cluster import ClusterInfo, up
 from specfleet.devcluster.config import free_ports
 from specfleet.devcluster.nodes import pool_from_counts
+from specfleet.devcluster.process import signals_deferred
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUP, VERSION, PLURAL = "specfleet.io", "v1alpha1", "speculativedeployments"
@@ -22,8 +29,8 @@ def cluster_with_crd(state_dir: Path, mi300x_nodes: int) -> tuple[ClusterInfo, s
     crd = ROOT / "crds" / "specfleet.io_speculativedeployments.yaml"
     subprocess.run([*kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(crd)], check=True,
                    capture_output=True)  # fmt: skip
-    subprocess.run([*kubectl, "wait", "--for=condition=Established", "crd/speculativedeployments.specfleet.io"],
-                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run([*kubectl, "wait", "--for=condition=Established", "--timeout=120s",
+                    "crd/speculativedeployments.specfleet.io"], check=True, capture_output=True)  # fmt: skip
     namespace = f"bench-{free_port()}"
     kubernetes.client.CoreV1Api(cluster.api_client()).create_namespace({"metadata": {"name": namespace}})
     return cluster, namespace
@@ -55,3 +62,100 @@ def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..1) of a non-empty list."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+@contextlib.contextmanager
+def signals_end_the_run() -> Iterator[None]:
+    """SIGTERM, SIGHUP and SIGINT raise KeyboardInterrupt, so the `finally` blocks that stop clusters and
+    processes run however a benchmark is ended (SIGINT too: a shell ignores it for a job started with `&`)."""
+
+    def interrupt(signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    numbers = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+    previous = {number: signal.signal(number, interrupt) for number in numbers}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+@contextlib.contextmanager
+def signals_ignored() -> Iterator[None]:
+    """While stopping what a run started: a second Ctrl-C must not leave half of it running."""
+    numbers = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+    previous = {number: signal.signal(number, signal.SIG_IGN) for number in numbers}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+@contextlib.contextmanager
+def cluster_session(state_dir: Path, mi300x_nodes: int, *, keep: bool = False) -> Iterator[tuple[ClusterInfo, str]]:
+    """`cluster_with_crd` that always ends: a fresh dev cluster in `state_dir`, taken down when the block ends
+    (success, exception, Ctrl-C, SIGTERM), or with `keep=True` left running with the command that stops it.
+
+    A cluster left in `state_dir` by an earlier run is taken down first, so every run measures a fresh one.
+    Never the default dev cluster's directory: other people's tests use that cluster.
+    """
+    from specfleet.devcluster.cluster import down, load_info
+    from specfleet.devcluster.config import Layout
+    from specfleet.devcluster.paths import default_state_dir
+
+    state_dir = state_dir.absolute()
+    if state_dir == default_state_dir().absolute():
+        raise SystemExit(f"{state_dir} is the default dev cluster's state directory: give the benchmark its own")
+    with signals_end_the_run():
+        try:
+            if Layout(state_dir).marker.exists():
+                print(f"taking down the cluster an earlier run left in {state_dir}", file=sys.stderr)
+                down(state_dir)
+            yield cluster_with_crd(state_dir, mi300x_nodes)
+        finally:
+            with signals_ignored():
+                if keep and load_info(state_dir) is not None:
+                    print(f"cluster kept (--keep); stop it with: specfleet dev down --state-dir {state_dir}",
+                          file=sys.stderr)  # fmt: skip
+                else:
+                    stopped = down(state_dir)
+                    print(f"dev cluster in {state_dir} stopped ({len(stopped)} processes)", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def background(
+    commands: dict[str, list[str]],
+    logs: Path,
+    *,
+    keep: bool = False,
+    environments: dict[str, dict[str, str]] | None = None,
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Start each command, its output in `logs/<name>.log` and `environments[name]` added to its environment;
+    when the block ends, SIGTERM them (SIGKILL after 30 s) and reap them, or with `keep=True` leave them
+    running and print their pids."""
+    logs.mkdir(parents=True, exist_ok=True)
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        for name, command in commands.items():
+            with signals_deferred(), (logs / f"{name}.log").open("wb") as log:  # started means in `started`
+                environment = {**os.environ, **(environments or {}).get(name, {})}
+                started.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment))
+        yield started
+    finally:
+        with signals_ignored():
+            if keep:
+                pids = ", ".join(f"{name} {child.pid}" for name, child in zip(commands, started, strict=False))
+                print(f"processes kept (--keep): {pids}; stop them with: kill {' '.join(str(c.pid) for c in started)}",
+                      file=sys.stderr)  # fmt: skip
+            else:
+                for child in started:
+                    if child.poll() is None:
+                        child.terminate()
+                for child in started:
+                    try:
+                        child.wait(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        child.kill()
+                        child.wait()

@@ -8,14 +8,14 @@ Prints, for the dev cluster started by `specfleet dev up` (its own state directo
 
     python benchmarks/create_many.py --count 200
 
-It is a script that prints figures, not a test: nothing here passes or fails.
+It is a script that prints figures, not a test: nothing here passes or fails. The cluster and the operator
+stop when it ends, however it ends (`--keep` leaves them running and prints how to stop them).
 """
 
 import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -25,7 +25,9 @@ from pathlib import Path
 
 import kubernetes
 
-from benchkit import GROUP, PLURAL, VERSION, cluster_with_crd, one_replica_fleet, percentile
+from specfleet.devcluster.cluster import ClusterInfo
+
+from benchkit import GROUP, PLURAL, VERSION, background, cluster_session, free_port, one_replica_fleet, percentile
 
 WRITE_VERBS = ("apply", "create", "delete", "patch", "patch-status")
 
@@ -60,37 +62,27 @@ def main() -> None:
     parser.add_argument("--state-dir", type=Path, default=Path(tempfile.gettempdir()) / "specfleet-bench")
     parser.add_argument("--steady-seconds", type=float, default=60.0, help="how long to count idle writes")
     parser.add_argument("--workers", type=int, default=4, help="operator workers")
-    parser.add_argument("--metrics-port", type=int, default=18081)
+    parser.add_argument("--metrics-port", type=int, default=0, help="the operator's metrics port (0: a free one)")
     parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--keep", action="store_true", help="leave the cluster and the operator running")
     args = parser.parse_args()
 
     nodes = max(2, -(-args.count // 8) + 2)  # one GPU per object, 8 per node, and some spare
-    cluster, namespace = cluster_with_crd(args.state_dir, nodes)
-    api = cluster.api_client()
-    custom = kubernetes.client.CustomObjectsApi(api)
+    args.metrics_port = args.metrics_port or free_port()
+    logs = Path(tempfile.mkdtemp(prefix="specfleet-create-many-"))
+    print(f"logs in {logs}", file=sys.stderr)
+    with cluster_session(args.state_dir, nodes, keep=args.keep) as (cluster, namespace):
+        run(args, cluster, namespace, nodes, logs)
 
-    log = (args.state_dir / "operator-bench.log").open("wb")
-    operator = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "specfleet.cli",
-            "run",
-            "--namespace",
-            namespace,
-            "--liveness",
-            "",
-            "--kubeconfig",
-            str(cluster.kubeconfig),
-            "--metrics-port",
-            str(args.metrics_port),
-            "--workers",
-            str(args.workers),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
+
+def run(args: argparse.Namespace, cluster: ClusterInfo, namespace: str, nodes: int, logs: Path) -> None:
+    """Start the operator, create the objects, measure; the operator stops when this returns or raises."""
+    custom = kubernetes.client.CustomObjectsApi(cluster.api_client())
+    operator_command = [
+        sys.executable, "-m", "specfleet.cli", "run", "--namespace", namespace, "--liveness", "", "--kubeconfig",
+        str(cluster.kubeconfig), "--metrics-port", str(args.metrics_port), "--workers", str(args.workers),
+    ]  # fmt: skip
+    with background({"operator": operator_command}, logs, keep=args.keep) as [operator]:
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -173,11 +165,6 @@ def main() -> None:
             "workers": args.workers,
         }
         print(json.dumps(figures, indent=2))
-    finally:
-        operator.terminate()
-        operator.wait(timeout=30)
-        log.close()
-        kubernetes.client.CoreV1Api(api).delete_namespace(namespace)
 
 
 if __name__ == "__main__":

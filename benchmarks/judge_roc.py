@@ -22,16 +22,22 @@ settings, what each measure says, and the tables; writes docs/judge-roc.png.
 
     python benchmarks/judge_roc.py --load 12        # 30 canaries per effect, the figures in docs/judge.md
     python benchmarks/judge_roc.py --trials 4 --good-trials 4 --no-plot   # a quick look
+
+It starts no cluster and no server, only `--workers` worker processes: they ignore Ctrl-C (the parent
+handles it and terminates them), die with the parent even if it is killed, and are stopped when the run
+ends however it ends.
 """
 
 import argparse
+import ctypes
 import json
 import math
+import multiprocessing
 import random
+import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +51,8 @@ from specfleet.sim.engine import Engine, Histogram, Metrics, configure
 from specfleet.sim.pods import parse_vllm_args
 from specfleet.sim.scenario import parse_scenario, resolve
 from specfleet.stats import Binned
+
+from benchkit import signals_end_the_run
 
 TARGET = "meta-llama/Llama-3.1-8B-Instruct"
 DRAFTER = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
@@ -330,6 +338,17 @@ def plot(detection: dict[str, dict[str, list[float]]], false_rate: dict[str, dic
     fig.savefig(path, dpi=110)
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def _worker_started() -> None:
+    """In each worker: Ctrl-C is the parent's to handle, SIGTERM (from `Pool.terminate`) just ends the worker,
+    and the kernel sends SIGTERM when the parent dies (so a killed run leaves no worker behind)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=30, help="canaries per harmful effect")
@@ -354,8 +373,10 @@ def main() -> None:
     for index, effect in enumerate(changes):
         trials, looks = (args.trials, args.looks) if effect.harmful else (args.good_trials, args.good_looks)
         jobs += [(effect, args.load, looks, args.seed + 1000 * index + t) for t in range(trials)]
-    with ProcessPoolExecutor(args.workers) as pool:
-        results = list(pool.map(_trial, jobs))
+    # Pool, not ProcessPoolExecutor: leaving its `with` terminates and joins the workers, even on Ctrl-C
+    # (an executor waits for every queued job, and its workers outlive a killed parent).
+    with signals_end_the_run(), multiprocessing.Pool(args.workers, initializer=_worker_started) as pool:
+        results = pool.map(_trial, jobs)
 
     detection: dict[str, dict[str, list[float]]] = {name: {} for name in JUDGES}
     false_rate: dict[str, dict[str, float]] = {name: {} for name in JUDGES}

@@ -10,13 +10,14 @@ Runs on a dev cluster of its own with the real Prometheus (5 s scrape), the simu
 
     python benchmarks/time_to_rollback.py --trials 20
 
-All trials run at once, each its own fleet. Prints the settings and the figures as JSON.
+All trials run at once, each its own fleet. Prints the settings and the figures as JSON. The cluster, the
+simulator and the operator stop when it ends, however it ends (`--keep` leaves them running and says how
+to stop them).
 """
 
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,7 +28,9 @@ from typing import Any
 import kubernetes
 import yaml
 
-from benchkit import GROUP, PLURAL, VERSION, cluster_with_crd, free_port, one_replica_fleet, percentile
+from specfleet.devcluster.cluster import ClusterInfo
+
+from benchkit import GROUP, PLURAL, VERSION, background, cluster_session, free_port, one_replica_fleet, percentile
 
 GOOD = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
 SCENARIO: dict[str, Any] = {"defaults": {"acceptance": 0.8, "load": 6.0, "output_tokens": 128, "noise": 0.05}}
@@ -54,32 +57,35 @@ def main() -> None:
     parser.add_argument("--aa-window", default="60s", help="rollout.analysis.window of the A/A fleets")
     parser.add_argument("--failure-limit", type=int, default=0)
     parser.add_argument("--observe-seconds", type=float, default=300.0, help="A/A observation after the breach")
+    parser.add_argument("--keep", action="store_true", help="leave the cluster, simulator and operator running")
     args = parser.parse_args()
 
     nodes = -(-2 * (args.trials + args.aa_trials) // 8) + 2
-    cluster, namespace = cluster_with_crd(args.state_dir, nodes)
+    work = Path(tempfile.mkdtemp(prefix="specfleet-rollback-bench-"))
+    print(f"logs in {work}", file=sys.stderr)
+    with cluster_session(args.state_dir, nodes, keep=args.keep) as (cluster, namespace):
+        run(args, cluster, namespace, work)
+
+
+def run(args: argparse.Namespace, cluster: ClusterInfo, namespace: str, work: Path) -> None:
+    """Start the simulator and the operator, play the trials, print the figures; they stop when this ends."""
     api = cluster.api_client()
     custom = kubernetes.client.CustomObjectsApi(api)
     core = kubernetes.client.CoreV1Api(api)
-    work = Path(tempfile.mkdtemp())
     scenario = work / "scenario.yaml"
     scenario.write_text(yaml.safe_dump(SCENARIO))
     sim_url = f"http://127.0.0.1:{free_port()}"
-    logs = [(work / name).open("wb") for name in ("sim.log", "operator.log")]
-    sim = subprocess.Popen(
-        [sys.executable, "-m", "specfleet.cli", "sim", "--scenario", str(scenario), "--kubeconfig",
-         str(cluster.kubeconfig), "--file-sd-dir", str(cluster.file_sd_dir), "--namespace", namespace,
-         "--listen", sim_url.removeprefix("http://"), "--seed", "11"],
-        stdout=logs[0], stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    operator = subprocess.Popen(
-        [sys.executable, "-m", "specfleet.cli", "run", "--namespace", namespace, "--liveness", "",
-         "--kubeconfig", str(cluster.kubeconfig), "--prometheus-url", cluster.prometheus_url, "--workers", "8"],
-        stdout=logs[1], stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    commands = {
+        "sim": [sys.executable, "-m", "specfleet.cli", "sim", "--scenario", str(scenario), "--kubeconfig",
+                str(cluster.kubeconfig), "--file-sd-dir", str(cluster.file_sd_dir), "--namespace", namespace,
+                "--listen", sim_url.removeprefix("http://"), "--seed", "11"],
+        "operator": [sys.executable, "-m", "specfleet.cli", "run", "--namespace", namespace, "--liveness", "",
+                     "--kubeconfig", str(cluster.kubeconfig), "--prometheus-url", cluster.prometheus_url,
+                     "--workers", "8"],
+    }  # fmt: skip
     breach_names = [f"breach-{i:02d}" for i in range(args.trials)]
     aa_names = [f"aa-{i:02d}" for i in range(args.aa_trials)]
-    try:
+    with background(commands, work, keep=args.keep):
         for name in breach_names:
             custom.create_namespaced_custom_object(
                 GROUP, VERSION, namespace, PLURAL, fleet(name, GOOD, args.window, args)
@@ -170,13 +176,6 @@ def main() -> None:
             },
         }
         print(json.dumps(figures, indent=2))
-    finally:
-        for process in (operator, sim):
-            process.terminate()
-            process.wait(timeout=30)
-        for log in logs:
-            log.close()
-        core.delete_namespace(namespace)
 
 
 if __name__ == "__main__":

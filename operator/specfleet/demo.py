@@ -4,15 +4,22 @@ A dev cluster (real control plane, fake AMD Instinct nodes, real Prometheus), th
 and the operator, then a story: a draft-model config goes Healthy; a better EAGLE-3 config is canaried
 and promoted; a badly matched drafter is canaried and rolled back automatically. A timeline shows
 what was measured at each decision.
+
+Whatever way it ends (the story told, a failure, Ctrl-C, SIGTERM or SIGHUP), it stops the simulator and
+the operator it started and the dev cluster if it brought it up, unless `--keep`: then it prints how to
+stop them.
 """
 
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import kubernetes
@@ -21,7 +28,10 @@ from rich.console import Console
 
 from specfleet.api.crd import crd
 from specfleet.api.resource import GROUP, PLURAL, VERSION
+from specfleet.cli.console import make_console
 from specfleet.devcluster.cluster import ClusterInfo, down, status, up
+from specfleet.devcluster.paths import default_state_dir
+from specfleet.devcluster.process import signals_deferred
 
 NAME = "llama-70b"
 NAMESPACE = "specfleet-demo"
@@ -163,8 +173,11 @@ class Demo:
         return cluster
 
     def _spawn(self, name: str, command: list[str]) -> None:
-        log = (self.workdir / f"{name}.log").open("wb")
-        self.processes.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT))
+        """In a session of their own: a Ctrl-C reaches only the demo, which then stops them (or keeps them)."""
+        with signals_deferred(), (self.workdir / f"{name}.log").open("wb") as log:  # no Ctrl-C before it is listed
+            self.processes.append(
+                subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            )
 
     def play(self) -> list[str]:
         """The three acts; returns the outcome of each."""
@@ -226,41 +239,88 @@ class Demo:
             time.sleep(0.5)
 
     def stop(self, keep: bool, started_cluster: bool) -> None:
-        if keep:
-            assert self.cluster is not None
+        """Stop what the demo started, each step even when an earlier one fails; or say how, with --keep."""
+        state_dir = default_state_dir()
+        if keep and self.cluster is not None:
             self.console.rule("explore")
+            cleanup = f"kill {' '.join(str(p.pid) for p in self.processes)} (simulator, operator)"
+            if started_cluster:
+                cleanup += f", then `specfleet dev down --state-dir {state_dir}`"
             self.console.print(f"""everything keeps running. Try:
   export KUBECONFIG={self.cluster.kubeconfig}
   specfleet status {NAME} -n {NAMESPACE} -w       (or: kubectl specfleet status ...)
   specfleet history {NAME} -n {NAMESPACE}
   kubectl get sdep,deploy,pods -n {NAMESPACE}
   Prometheus: {self.cluster.prometheus_url}/graph?g0.expr=vllm:spec_decode_num_accepted_tokens_total
-clean up: kill {" ".join(str(p.pid) for p in self.processes)} (simulator, operator), then `specfleet dev down`""")
+clean up: {cleanup}""")
             return
-        for process in self.processes:
-            process.terminate()
-        for process in self.processes:
-            process.wait(timeout=30)
-        if self.cluster is not None and not started_cluster:  # free the GPUs of a cluster we only borrowed
-            kubernetes.client.CoreV1Api(self.cluster.api_client()).delete_namespace(NAMESPACE)
-        if started_cluster:
-            down()
-            self.console.print("cleaned up: processes stopped, dev cluster down")
-        else:
-            self.console.print("cleaned up the demo's processes; the dev cluster you had running is left running")
+        try:
+            stop_processes(self.processes)
+            if self.cluster is not None and not started_cluster:  # free the GPUs of a cluster we only borrowed
+                kubernetes.client.CoreV1Api(self.cluster.api_client()).delete_namespace(NAMESPACE)
+        finally:
+            if started_cluster:
+                down(state_dir)
+                self.console.print("cleaned up: processes stopped, dev cluster down")
+            else:
+                self.console.print("cleaned up the demo's processes; the dev cluster you had running is left running")
+
+
+def stop_processes(processes: list[subprocess.Popen[bytes]], timeout: float = 30.0) -> None:
+    """SIGTERM each, then SIGKILL whichever is still there after `timeout` seconds; reap them all."""
+    for child in processes:
+        if child.poll() is None:
+            child.terminate()
+    for child in processes:
+        try:
+            child.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+@contextmanager
+def signals_as_interrupts() -> Iterator[None]:
+    """SIGTERM and SIGHUP (a closed terminal) end the demo like Ctrl-C does, so its clean-up runs; SIGINT too,
+    which a shell ignores for a job it starts with `&`."""
+
+    def interrupt(signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    numbers = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {number: signal.signal(number, interrupt) for number in numbers}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+@contextmanager
+def signals_ignored() -> Iterator[None]:
+    """While cleaning up: a second Ctrl-C must not leave half the processes running."""
+    numbers = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {number: signal.signal(number, signal.SIG_IGN) for number in numbers}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def run_demo(keep: bool, console: Console | None = None) -> list[str]:
-    console = console or Console()
+    console = console or make_console()
     workdir = Path(tempfile.mkdtemp(prefix="specfleet-demo-"))
-    started_cluster = not status().healthy
+    started_cluster = status().info is None  # a cluster already there (even one `up` repairs) is only borrowed
     demo = Demo(console, workdir)
-    try:
-        demo.start()
-        outcomes = demo.play()
-        console.rule("summary")
-        for (title, _), outcome in zip(ACTS, outcomes, strict=True):
-            console.print(f"  {outcome:<10} {title}")
-        return outcomes
-    finally:
-        demo.stop(keep, started_cluster)
+    with signals_as_interrupts():
+        try:
+            demo.start()
+            outcomes = demo.play()
+            console.rule("summary")
+            for (title, _), outcome in zip(ACTS, outcomes, strict=True):
+                console.print(f"  {outcome:<10} {title}")
+            return outcomes
+        finally:
+            with signals_ignored():
+                demo.stop(keep, started_cluster)

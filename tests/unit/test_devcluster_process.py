@@ -1,6 +1,8 @@
 """Pid files: start detached, stop exactly the recorded process, ignore a pid that was reused."""
 
 import json
+import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -38,3 +40,16 @@ def test_stop_without_a_pid_file_is_a_no_op(tmp_path: Path) -> None:
 
 def test_process_start_time_of_a_missing_pid_is_none() -> None:
     assert process.process_start_time(2**22 + 1) is None
+
+
+def test_a_signal_during_a_start_waits_until_the_process_is_recorded(tmp_path: Path) -> None:
+    """A Ctrl-C (here SIGHUP, to leave pytest's own SIGINT alone) between Popen and the pid file is held."""
+    seen: list[str] = []
+    previous = signal.signal(signal.SIGHUP, lambda *_: seen.append("handled"))
+    try:
+        with process.signals_deferred():
+            os.kill(os.getpid(), signal.SIGHUP)  # a handler runs before the next bytecode: the holding one
+            seen.append("recorded")
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    assert seen == ["recorded", "handled"]

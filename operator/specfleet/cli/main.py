@@ -1,155 +1,81 @@
-"""The `specfleet` / `kubectl specfleet` command line."""
+"""Entry point of `specfleet`, `kubectl-specfleet` and `python -m specfleet.cli`.
 
+A plain `status NAME [options]` runs straight from `specfleet.cli.view`, without typer: `kubectl specfleet
+status` is typed many times a day, and importing typer and building the app with its pydantic parameter
+checks costs about 0.15 s before any command runs. Everything else (and anything unusual in a `status`
+command line, with typer's own messages) goes to the typer app in `specfleet.cli.app`, imported only then.
+"""
+
+import os
 import sys
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
-import typer
-import yaml
-from rich.console import Console
-
-from specfleet import __version__
-from specfleet.api.crd import crd_yaml
-from specfleet.api.problems import InvalidSpecError, Severity
-from specfleet.api.resource import SpeculativeDeployment
-from specfleet.api.vocabulary import Track
-from specfleet.chartgen import GENERATED as CHART_FILES
-from specfleet.cli import rollouts
-from specfleet.cli.run import run
-from specfleet.devcluster.cli import app as dev_app
-from specfleet.render.manifests import render
-from specfleet.sim.cli import sim_command
-from specfleet.validation import errors, validate_document
-
-app = typer.Typer(
-    help="specfleet: canary speculative-decoding configs for vLLM fleets on Kubernetes.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-)
-app.add_typer(dev_app, name="dev")
-app.command()(run)
-app.command(name="sim")(sim_command)
-rollouts.register(app)
-
-stderr = Console(stderr=True)
-
-FileOption = Annotated[
-    Path,
-    typer.Option("--filename", "-f", help="SpeculativeDeployment manifest (YAML; '-' reads standard input)."),
-]
+from specfleet.cli import view
 
 
-def _load_documents(path: Path) -> list[Any]:
-    try:
-        text = sys.stdin.read() if str(path) == "-" else path.read_text()
-    except OSError as error:
-        stderr.print(f"[red]error:[/] cannot read {path}: {error.strerror}")
-        raise typer.Exit(2) from error
-    try:
-        return [doc for doc in yaml.safe_load_all(text) if doc is not None]
-    except yaml.YAMLError as error:
-        stderr.print(f"[red]error:[/] {path} is not valid YAML: {error}")
-        raise typer.Exit(1) from error
+def __getattr__(name: str) -> Any:
+    """`from specfleet.cli.main import app` still works, without making every import of this module pay for it."""
+    if name == "app":
+        from specfleet.cli.app import app
+
+        return app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _version_callback(value: bool) -> None:
-    if value:
-        typer.echo(f"specfleet {__version__}")
-        raise typer.Exit()
+_STATUS_OPTIONS = {
+    "-n": "namespace", "--namespace": "namespace", "-o": "output", "--output": "output",
+    "--kubeconfig": "kubeconfig", "--context": "context",
+}  # fmt: skip
+_STATUS_FLAGS = {"-w": "watch", "--watch": "watch"}
 
 
-@app.callback()
-def _root(
-    version: Annotated[
-        bool, typer.Option("--version", callback=_version_callback, is_eager=True, help="Print the version.")
-    ] = False,
-) -> None:
-    """specfleet: canary speculative-decoding configs for vLLM fleets on Kubernetes."""
+def plain_status_arguments(args: list[str]) -> dict[str, Any] | None:
+    """The keyword arguments typer gives `status_command` for a plain `status NAME [options]`, else None.
 
-
-@app.command()
-def crd() -> None:
-    """Print the SpeculativeDeployment CRD, generated from the API models."""
-    typer.echo(crd_yaml(), nl=False)
-
-
-@app.command(name="chart-file")
-def chart_file(name: Annotated[str, typer.Argument(help=f"One of: {', '.join(CHART_FILES)}.")]) -> None:
-    """Print a Helm chart file generated from the Python sources (alert rules, Grafana dashboard)."""
-    if name not in CHART_FILES:
-        stderr.print(f"[red]error:[/] {name} is not a generated chart file; one of: {', '.join(CHART_FILES)}")
-        raise typer.Exit(2)
-    typer.echo(CHART_FILES[name](), nl=False)
-
-
-@app.command()
-def validate(filename: FileOption) -> None:
-    """Check SpeculativeDeployments offline: schema, cross-field rules, vLLM version support, budgets.
-
-    Prints one line per problem, naming the field. Exits 0 when valid (warnings allowed), 1 otherwise.
+    Only the plain forms: anything else (--help, an unknown or bundled option, a missing value, a value
+    typer would refuse) returns None and goes through typer, with its messages. A unit test checks that
+    both give the same arguments.
     """
-    documents = _load_documents(filename)
-    if not documents:
-        stderr.print(f"[red]error:[/] {filename} holds no document")
-        raise typer.Exit(1)
-    failed = False
-    for index, document in enumerate(documents):
-        name = (document.get("metadata") or {}).get("name") if isinstance(document, dict) else None
-        label = name or f"document {index + 1}"
-        problems = validate_document(document)
-        for problem in problems:
-            colour = "yellow" if problem.severity is Severity.WARNING else "red"
-            typer.echo(f"{label}: {problem}", err=colour == "yellow")
-        if errors(problems):
-            failed = True
-        elif not problems:
-            stderr.print(f"[green]{label}: valid[/]")
-    raise typer.Exit(1 if failed else 0)
+    if not args or args[0] != "status":
+        return None
+    values: dict[str, Any] = {"name": None, "watch": False, "namespace": None, "output": "table",
+                              "kubeconfig": None, "context": None}  # fmt: skip
+    remaining = iter(args[1:])
+    for arg in remaining:
+        option, equals, inline = arg.partition("=")
+        if arg in _STATUS_FLAGS:
+            values[_STATUS_FLAGS[arg]] = True
+        elif option in _STATUS_OPTIONS and (equals or arg == option):
+            value = inline if equals else next(remaining, None)
+            if value is None or (not equals and value.startswith("-")) or (equals and not option.startswith("--")):
+                return None
+            values[_STATUS_OPTIONS[option]] = value
+        elif arg.startswith("-") or values["name"] is not None:
+            return None
+        else:
+            values["name"] = arg
+    if values["name"] is None or values["output"] not in {output.value for output in view.Output}:
+        return None
+    return {**values, "output": view.Output(values["output"])}
 
 
-@app.command()
-def reference() -> None:
-    """Print the field reference of SpeculativeDeployment (Markdown), generated from the API models."""
-    from specfleet.api.reference import reference_markdown
-
-    typer.echo(reference_markdown())
-
-
-@app.command(name="render")
-def render_command(
-    filename: FileOption,
-    track: Annotated[Track, typer.Option(help="Which track to render.")] = Track.STABLE,
-) -> None:
-    """Print the Kubernetes objects a SpeculativeDeployment becomes, as multi-document YAML."""
-    manifests = []
-    for document in _load_documents(filename):
-        problems = errors(validate_document(document))
-        if problems:
-            for problem in problems:
-                stderr.print(f"[red]error:[/] {problem}")
-            raise typer.Exit(1)
-        try:
-            manifests += render(SpeculativeDeployment.from_mapping(document), track)
-        except InvalidSpecError as error:
-            for problem in error.problems:
-                stderr.print(f"[red]error:[/] {problem}")
-            raise typer.Exit(1) from error
-    typer.echo(yaml.safe_dump_all(manifests, sort_keys=False, width=120), nl=False)
-
-
-@app.command()
-def demo(
-    keep: Annotated[bool, typer.Option("--keep", help="Leave the cluster, simulator and operator running.")] = False,
-) -> None:
-    """Play the whole product on a local cluster: a config goes Healthy, a better one is promoted, a bad one
-    is rolled back automatically. Builds what it needs on first use; cleans up unless --keep."""
-    from specfleet.demo import run_demo
-
-    outcomes = run_demo(keep)
-    if outcomes != ["Healthy", "Promoted", "RolledBack"]:
-        stderr.print(f"[red]the story did not go as written:[/] {outcomes}")
-        raise typer.Exit(1)
+def _status_without_typer(arguments: dict[str, Any]) -> None:
+    """Run `status` as click's main would: "Aborted!" on Ctrl-C, quiet on a closed pipe (`| head`)."""
+    try:
+        view.show_status(**arguments)
+    except KeyboardInterrupt:
+        print("\nAborted!", file=sys.stderr)
+        sys.exit(1)
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        sys.exit(1)
 
 
 def main() -> None:
+    arguments = plain_status_arguments(sys.argv[1:])
+    if arguments is not None:
+        _status_without_typer(arguments)
+        return
+    from specfleet.cli.app import app
+
     app()

@@ -1,15 +1,14 @@
-"""`specfleet run`: the operator process."""
+"""`specfleet run`: the operator process.
+
+kopf and the controller are imported when the command runs, not when the CLI starts (see `cli.main`).
+"""
 
 import logging
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
-import kopf
 import typer
-
-from specfleet.controller.handlers import Controller, LeaderElection, OperatorOptions
-from specfleet.controller.kube import Kube, load_config
 
 
 class LogFormat(StrEnum):
@@ -50,6 +49,11 @@ def run(
     ] = 300.0,
 ) -> None:
     """Run the operator: reconcile SpeculativeDeployments into vLLM fleets and canary every change."""
+    import kopf
+
+    from specfleet.controller.handlers import Controller, LeaderElection, OperatorOptions
+    from specfleet.controller.kube import Kube, load_config
+
     kopf.configure(
         verbose=verbose, log_format=kopf.LogFormat.JSON if log_format is LogFormat.JSON else kopf.LogFormat.FULL
     )

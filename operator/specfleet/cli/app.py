@@ -1,0 +1,198 @@
+"""The `specfleet` / `kubectl specfleet` command line as a typer app (`specfleet.cli.main` runs it).
+
+typer builds every command's options at start-up, even for `--help`, so the modules here import only
+typer, rich and the standard library at the top; each command imports what it runs (the API models,
+rendering, the operator, the Kubernetes library) in its body (`benchmarks/cli_startup.py` times it).
+"""
+
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from specfleet import __version__
+from specfleet.cli import rollouts
+from specfleet.cli.console import make_console
+from specfleet.cli.run import run
+from specfleet.devcluster.cli import app as dev_app
+
+app = typer.Typer(
+    help="specfleet: canary speculative-decoding configs for vLLM fleets on Kubernetes.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(dev_app, name="dev")
+app.command()(run)
+
+stderr = make_console(stderr=True)
+
+CHART_FILE_NAMES = ("files/prometheus-rules.yaml", "files/grafana-dashboard.json")
+"""The keys of `specfleet.chartgen.GENERATED`, for the help text without importing the generators (a unit
+test checks that both agree)."""
+
+
+class TrackName(StrEnum):
+    """`specfleet.api.vocabulary.Track`'s values, so `--track` needs no import of the API package (tested)."""
+
+    STABLE = "stable"
+    CANARY = "canary"
+
+
+SIM_SUMMARY = (
+    "Stand in for vLLM: serve each pod's /metrics from a model of speculative decoding, for Prometheus to scrape."
+)
+
+
+@app.command(
+    name="sim",
+    help=f"{SIM_SUMMARY}\n\n`specfleet sim --help` lists its options.",
+    add_help_option=False,
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def sim(ctx: typer.Context) -> None:
+    """Hand the arguments to `specfleet.sim.cli.sim_command`, imported only now (it loads the simulator)."""
+    from specfleet.sim.cli import sim_command
+
+    single = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+    single.command()(sim_command)
+    typer.main.get_command(single).main(args=ctx.args, prog_name=ctx.command_path)
+
+
+rollouts.register(app)  # after `sim`: the help lists the commands in the order they were registered
+
+
+FileOption = Annotated[
+    Path,
+    typer.Option("--filename", "-f", help="SpeculativeDeployment manifest (YAML; '-' reads standard input)."),
+]
+
+
+def _load_documents(path: Path) -> list[Any]:
+    import yaml
+
+    try:
+        text = sys.stdin.read() if str(path) == "-" else path.read_text()
+    except OSError as error:
+        stderr.print(f"[red]error:[/] cannot read {path}: {error.strerror}")
+        raise typer.Exit(2) from error
+    try:
+        return [doc for doc in yaml.safe_load_all(text) if doc is not None]
+    except yaml.YAMLError as error:
+        stderr.print(f"[red]error:[/] {path} is not valid YAML: {error}")
+        raise typer.Exit(1) from error
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"specfleet {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version_callback, is_eager=True, help="Print the version.")
+    ] = False,
+) -> None:
+    """specfleet: canary speculative-decoding configs for vLLM fleets on Kubernetes."""
+
+
+@app.command()
+def crd() -> None:
+    """Print the SpeculativeDeployment CRD, generated from the API models."""
+    from specfleet.api.crd import crd_yaml
+
+    typer.echo(crd_yaml(), nl=False)
+
+
+@app.command(name="chart-file")
+def chart_file(name: Annotated[str, typer.Argument(help=f"One of: {', '.join(CHART_FILE_NAMES)}.")]) -> None:
+    """Print a Helm chart file generated from the Python sources (alert rules, Grafana dashboard)."""
+    from specfleet.chartgen import GENERATED as CHART_FILES
+
+    if name not in CHART_FILES:
+        stderr.print(f"[red]error:[/] {name} is not a generated chart file; one of: {', '.join(CHART_FILES)}")
+        raise typer.Exit(2)
+    typer.echo(CHART_FILES[name](), nl=False)
+
+
+@app.command()
+def validate(filename: FileOption) -> None:
+    """Check SpeculativeDeployments offline: schema, cross-field rules, vLLM version support, budgets.
+
+    Prints one line per problem, naming the field. Exits 0 when valid (warnings allowed), 1 otherwise.
+    """
+    from specfleet.api.problems import Severity
+    from specfleet.validation import errors, validate_document
+
+    documents = _load_documents(filename)
+    if not documents:
+        stderr.print(f"[red]error:[/] {filename} holds no document")
+        raise typer.Exit(1)
+    failed = False
+    for index, document in enumerate(documents):
+        name = (document.get("metadata") or {}).get("name") if isinstance(document, dict) else None
+        label = name or f"document {index + 1}"
+        problems = validate_document(document)
+        for problem in problems:
+            colour = "yellow" if problem.severity is Severity.WARNING else "red"
+            typer.echo(f"{label}: {problem}", err=colour == "yellow")
+        if errors(problems):
+            failed = True
+        elif not problems:
+            stderr.print(f"[green]{label}: valid[/]")
+    raise typer.Exit(1 if failed else 0)
+
+
+@app.command()
+def reference() -> None:
+    """Print the field reference of SpeculativeDeployment (Markdown), generated from the API models."""
+    from specfleet.api.reference import reference_markdown
+
+    typer.echo(reference_markdown())
+
+
+@app.command(name="render")
+def render_command(
+    filename: FileOption,
+    track: Annotated[TrackName, typer.Option(help="Which track to render.")] = TrackName.STABLE,
+) -> None:
+    """Print the Kubernetes objects a SpeculativeDeployment becomes, as multi-document YAML."""
+    import yaml
+
+    from specfleet.api.problems import InvalidSpecError
+    from specfleet.api.resource import SpeculativeDeployment
+    from specfleet.api.vocabulary import Track
+    from specfleet.render.manifests import render
+    from specfleet.validation import errors, validate_document
+
+    manifests = []
+    for document in _load_documents(filename):
+        problems = errors(validate_document(document))
+        if problems:
+            for problem in problems:
+                stderr.print(f"[red]error:[/] {problem}")
+            raise typer.Exit(1)
+        try:
+            manifests += render(SpeculativeDeployment.from_mapping(document), Track(track.value))
+        except InvalidSpecError as error:
+            for problem in error.problems:
+                stderr.print(f"[red]error:[/] {problem}")
+            raise typer.Exit(1) from error
+    typer.echo(yaml.safe_dump_all(manifests, sort_keys=False, width=120), nl=False)
+
+
+@app.command()
+def demo(
+    keep: Annotated[bool, typer.Option("--keep", help="Leave the cluster, simulator and operator running.")] = False,
+) -> None:
+    """Play the whole product on a local cluster: a config goes Healthy, a better one is promoted, a bad one
+    is rolled back automatically. Builds what it needs on first use; cleans up unless --keep."""
+    from specfleet.demo import run_demo
+
+    outcomes = run_demo(keep)
+    if outcomes != ["Healthy", "Promoted", "RolledBack"]:
+        stderr.print(f"[red]the story did not go as written:[/] {outcomes}")
+        raise typer.Exit(1)
