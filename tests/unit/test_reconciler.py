@@ -5,12 +5,14 @@ Error verdict, not an exception; a retiring canary is kept until its traffic is 
 
 import asyncio
 import logging
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic.exceptions import ConflictError
+from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.status import Phase, SpeculativeDeploymentStatus
@@ -192,6 +194,40 @@ def test_every_transition_event_is_also_logged_so_the_operator_log_tells_the_rol
     aborted = [r for r in caplog.records if "Aborted" in r.getMessage()]
     assert len(aborted) == 1 and aborted[0].levelno == logging.WARNING, caplog.text
     assert f"{KEY[0]}/{KEY[1]}: Aborted: canary" in aborted[0].getMessage()
+
+
+class UnreachableKube(RecordingKube):
+    """An API server that is restarting: every call fails to connect."""
+
+    def _refused(self, *args: Any, **kwargs: Any) -> Any:
+        raise MaxRetryError(None, "/apis", NewConnectionError(None, "Connection refused"))  # type: ignore[arg-type]
+
+    apply = create = patch_status = read = _refused
+
+
+def test_an_unreachable_api_server_is_one_warning_and_a_retry_not_a_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store, _ = canary_world()
+    queue = WorkQueue()
+    reconciler = Reconciler(UnreachableKube(), store, queue, clock=lambda: NOW)  # type: ignore[arg-type]
+
+    async def one_pass() -> float:
+        queue.add(KEY)
+        worker = asyncio.create_task(reconciler.run_worker())
+        for _ in range(500):
+            if caplog.records:
+                break
+            await asyncio.sleep(0.01)
+        worker.cancel()
+        return queue._due[KEY] - time.monotonic()
+
+    with caplog.at_level(logging.INFO, logger="specfleet.reconciler"):
+        after = asyncio.run(one_pass())
+    (record,) = caplog.records
+    assert record.levelno == logging.WARNING and "API server unreachable: MaxRetryError" in record.getMessage()
+    assert record.exc_info is None
+    assert 0 < after <= 5.0  # looked at again after the error backoff
 
 
 # 4. a retiring canary goes only once its traffic is seen off

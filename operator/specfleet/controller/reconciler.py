@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes.dynamic.exceptions import ApiException, ConflictError
+from urllib3.exceptions import HTTPError
 
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.status import Analysis, SpeculativeDeploymentStatus, Verdict
@@ -86,6 +87,10 @@ class Reconciler:
             except ApiException as error:
                 RECONCILES.labels("error").inc()
                 logger.warning("reconcile %s/%s: API error %s %s", *key, error.status, error.reason)
+                after = ERROR_BACKOFF_SECONDS
+            except (HTTPError, OSError) as error:  # the API server is restarting or unreachable: not a bug
+                RECONCILES.labels("error").inc()
+                logger.warning("reconcile %s/%s: API server unreachable: %s", *key, type(error).__name__)
                 after = ERROR_BACKOFF_SECONDS
             except Exception:
                 RECONCILES.labels("error").inc()

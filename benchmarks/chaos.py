@@ -1,0 +1,525 @@
+"""Chaos: canaries of every kind while faults strike at random moments, every canary checked when it ends.
+
+A dev cluster of its own, the real Prometheus, the simulator, and two operator replicas with leader
+election. Canaries run in waves (`--parallel` at a time), one per fleet; each fleet is created on a
+plain stable config and changed once. What each kind has, and its undisturbed outcome:
+
+    good        EAGLE-3 drafter, alpha 0.8, k 4                  -> Promoted
+    bad         a drafter with alpha 0.3                         -> RolledBack
+    turns-bad   alpha 0.8, turned to 0.3 once its canary is live  -> RolledBack
+    a-a         the stable config, one environment variable more -> Promoted
+    never-ready wants an MI355X node the cluster does not have    -> Aborted (progress deadline)
+
+Faults, one every `--fault-every` seconds on average: SIGKILL of the operator's leader or of its standby
+(restarted a moment later), Prometheus stopped (SIGSTOP) for 30 s-3 min, the API server or etcd
+restarted (`--component-restarts`), a child edited or deleted by hand, a second writer annotating a
+fleet in a tight loop (409s for the operator), a node holding a canary pod deleted (put back later).
+The fault policy: `onProviderError` acts after 5 minutes, longer than any outage, so a good canary is held
+while Prometheus is away, never rolled back.
+
+When a canary ends, an invariant checker reads the cluster: outcome as undisturbed, one history entry
+per canary, a promotion only on "all steps passed", exactly one stable Deployment at the stable revision
+with `replicas` (hand edits reverted), the Service selecting it, no canary child left, no orphan.
+
+    python benchmarks/chaos.py --canaries 100          # ~30 min on 2 cores
+    python benchmarks/chaos.py --quick                 # one canary of each kind, ~5 min
+
+Prints the figures as JSON: faults injected by kind, invariant violations (the list), outcomes that
+matched, leader takeover after SIGKILL (median, max), recovery after API server / etcd restarts.
+"""
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import urllib3
+import yaml
+
+from benchkit import GROUP, PLURAL, VERSION, cluster_session, free_port, one_replica_fleet
+
+EXPECTED = {
+    "good": "Promoted",
+    "bad": "RolledBack",
+    "turns-bad": "RolledBack",
+    "a-a": "Promoted",
+    "never-ready": "Aborted",
+}
+GOOD_DRAFTER = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+PLAIN = {"method": "none"}
+EAGLE3 = {"method": "eagle3", "model": GOOD_DRAFTER, "revision": "main", "numSpeculativeTokens": 4}
+SCENARIO_DEFAULTS = {"acceptance": 0.8, "load": 8.0, "output_tokens": 128, "noise": 0.05}
+ROLLOUT: dict[str, Any] = {
+    "steps": [{"weight": 50, "pause": {"duration": "30s"}}],
+    "analysis": {
+        "interval": "10s",
+        "window": "60s",
+        "onNoData": {"after": "10m", "action": "Rollback"},
+        "onProviderError": {"after": "5m", "action": "Rollback"},
+    },
+    "guardrails": {"minDraftTokens": 200, "minRequests": 50},
+    "progressDeadline": "2m",
+}
+LEASE = "specfleet-chaos"
+API_TROUBLE = (kubernetes.client.ApiException, urllib3.exceptions.HTTPError, OSError)
+"""What a call to an API server that is restarting (or to one that refuses the call) raises: try again later."""
+FAULTS = ("kill-leader", "kill-standby", "stop-prometheus", "edit-child", "second-writer", "delete-node")
+COMPONENT_FAULTS = ("restart-kube-apiserver", "restart-etcd")
+
+
+def canary_spec(kind: str, name: str) -> dict[str, Any]:
+    """The spec change that makes the canary of a fleet of `kind` (its stable is plain, one MI300X GPU)."""
+    if kind == "good":
+        return {"speculative": EAGLE3}
+    if kind == "bad":
+        return {"speculative": {**EAGLE3, "model": f"bad/{name}"}}
+    if kind == "turns-bad":
+        return {"speculative": {**EAGLE3, "model": f"victim/{name}"}}
+    if kind == "a-a":
+        return {"engine": {"tensorParallelSize": 1, "env": [{"name": "CHAOS_A_A", "value": "1"}]}}
+    if kind == "never-ready":
+        return {"accelerator": {"productNames": ["AMD_Instinct_MI355X_OAM"]}}
+    raise ValueError(kind)
+
+
+def scenario(victims: set[str]) -> dict[str, Any]:
+    """The simulator's world: good drafters at 0.8; `bad/*` and the turned victims at 0.3."""
+    pairs = [{"target": "*", "drafter": f"victim/{name}", "acceptance": 0.3} for name in sorted(victims)]
+    return {"defaults": SCENARIO_DEFAULTS, "pairs": [*pairs, {"target": "*", "drafter": "bad/*", "acceptance": 0.3}]}
+
+
+def initial_fleet(canary: "Canary") -> dict[str, Any]:
+    """A plain one-replica fleet; a turns-bad one pauses 3 minutes, so it cannot pass before it turns."""
+    rollout = ROLLOUT
+    if canary.kind == "turns-bad":
+        rollout = {**ROLLOUT, "steps": [{"weight": 50, "pause": {"duration": "3m"}}]}
+    return one_replica_fleet(canary.name, PLAIN, rollout=rollout, engine={"tensorParallelSize": 1})
+
+
+@dataclass
+class Canary:
+    name: str
+    kind: str
+    state: str = "creating"
+    revision: str | None = None
+    started: float = 0.0
+    outcome: str | None = None
+    violations: list[str] = field(default_factory=list)
+
+
+def check_invariants(canary: Canary, obj: dict[str, Any], deployments: list[Any], services: list[Any]) -> list[str]:
+    """What must hold once a canary has ended (pure over what was read from the cluster)."""
+    status, spec, problems = obj.get("status") or {}, obj["spec"], []
+    history = status.get("history") or []
+    mine = [h for h in history if h["revision"] == canary.revision]
+    if len(mine) != 1:
+        problems.append(f"{len(mine)} history entries for canary {canary.revision}")
+    outcome = mine[-1]["outcome"] if mine else None
+    if outcome != EXPECTED[canary.kind]:
+        problems.append(f"outcome {outcome}, undisturbed {EXPECTED[canary.kind]}")
+    if outcome == "Promoted" and mine[-1]["reason"] != "all steps passed":
+        problems.append(f"promoted without every step passing: {mine[-1]['reason']}")
+    if status.get("canaryRevision") or status.get("retiringRevision"):
+        problems.append("a canary is still in status")
+    stable = [d for d in deployments if (d.metadata.labels or {}).get("specfleet.io/track") == "stable"]
+    others = [d.metadata.name for d in deployments if d not in stable]
+    if len(stable) != 1 or others:
+        problems.append(f"Deployments: stable {[d.metadata.name for d in stable]}, others {others}")
+    elif stable[0].metadata.labels.get("specfleet.io/revision") != status.get("stableRevision"):
+        problems.append("the stable Deployment is not at status.stableRevision")
+    elif stable[0].spec.replicas != spec.get("replicas", 1):
+        problems.append(f"stable Deployment replicas {stable[0].spec.replicas} != {spec.get('replicas', 1)}")
+    fleet_service = [s for s in services if s.metadata.name == canary.name]
+    if len(fleet_service) != 1 or (fleet_service[0].spec.selector or {}).get("specfleet.io/track") != "stable":
+        problems.append("the fleet Service does not select the stable track alone")
+    if any(s.metadata.name != canary.name for s in services):
+        problems.append(f"other Services left: {[s.metadata.name for s in services if s.metadata.name != canary.name]}")
+    return problems
+
+
+class Replica:
+    """One process (an operator replica, the simulator); operators are SIGKILLed and started again."""
+
+    def __init__(self, name: str, command: list[str], logs: Path) -> None:
+        self.command, self.log = command, logs / f"{name}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT)
+
+    def kill(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait()
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def identities(self) -> set[str]:
+        """Identities this replica's processes held the lease as (from its log)."""
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return {line.rsplit(" ", 1)[-1] for line in text.splitlines() if "acquired by" in line}
+
+
+@contextlib.contextmanager
+def replicas(name: str, commands: list[list[str]], logs: Path) -> Iterator[list[Replica]]:
+    """`name-0`, `name-1`...: started, and stopped when the block ends."""
+    started = [Replica(f"{name}-{i}", command, logs) for i, command in enumerate(commands)]
+    try:
+        for replica in started:
+            replica.start()
+        yield started
+    finally:
+        for replica in started:
+            replica.stop()
+
+
+class Injector:
+    """Strikes one random fault every `every` seconds on average until stopped; records what it did."""
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        cluster: Any,
+        namespace: str,
+        ops: list[Replica],
+        live: Callable[[], list[Canary]],
+        work: Path,
+    ) -> None:
+        self.args, self.cluster, self.namespace, self.ops, self.live = args, cluster, namespace, ops, live
+        self.api = cluster.api_client()
+        self.core = kubernetes.client.CoreV1Api(self.api)
+        self.apps = kubernetes.client.AppsV1Api(self.api)
+        self.custom = kubernetes.client.CustomObjectsApi(self.api)
+        self.coordination = kubernetes.client.CoordinationV1Api(self.api)
+        self.random = random.Random(args.seed)
+        self.faults: Counter[str] = Counter()
+        self.edits: Counter[str] = Counter()
+        self.undo: list[threading.Timer] = []
+        """Faults that end later (Prometheus continued, a node put back): all ended at once by `finish`."""
+        self.takeovers: list[float] = []
+        self.recoveries: dict[str, list[float]] = {}
+        self.errors: list[str] = []
+        self.stop = threading.Event()
+        self.fatal: str | None = None
+        """Why the run cannot go on (a control-plane component that would not come back)."""
+        self.log = (work / "faults.log").open("a")
+        self.kinds = FAULTS + (COMPONENT_FAULTS if args.component_restarts else ())
+
+    def run(self) -> None:
+        while not self.stop.wait(self.random.expovariate(1 / self.args.fault_every)):
+            kind = self.random.choice(self.kinds)
+            try:
+                getattr(self, kind.replace("-", "_"))()
+                self.faults[kind] += 1
+                print(f"{time.strftime('%H:%M:%S')} {kind}", file=self.log, flush=True)
+            except Exception as error:  # a fault that could not be struck is reported, not fatal
+                self.errors.append(f"{kind}: {error}")
+                print(f"{time.strftime('%H:%M:%S')} {kind} not struck: {error}", file=self.log, flush=True)
+            if self.fatal:
+                return
+
+    def holder(self) -> str | None:
+        try:
+            return self.coordination.read_namespaced_lease(LEASE, self.namespace).spec.holder_identity
+        except API_TROUBLE:
+            return None
+
+    def _kill(self, leader: bool) -> None:
+        holder = self.holder()
+        if holder is None:
+            raise RuntimeError("no lease holder yet")
+        leading = [r for r in self.ops if holder in r.identities()]
+        victims = leading if leader else [r for r in self.ops if r not in leading]
+        if not victims:
+            raise RuntimeError("no such replica")
+        victim = victims[0]
+        killed = time.monotonic()
+        victim.kill()
+        time.sleep(self.random.uniform(1, 5))
+        victim.start()
+        if leader:
+            while self.holder() in (None, holder):
+                if time.monotonic() - killed > 120:
+                    raise RuntimeError("no takeover within 120 s")
+                time.sleep(0.2)
+            self.takeovers.append(time.monotonic() - killed)
+
+    def kill_leader(self) -> None:
+        self._kill(leader=True)
+
+    def kill_standby(self) -> None:
+        self._kill(leader=False)
+
+    def stop_prometheus(self) -> None:
+        from specfleet.devcluster.process import read_record
+
+        record = read_record(self.cluster.state_dir / "pids" / "prometheus.pid")
+        if record is None:
+            raise RuntimeError("no Prometheus process recorded")
+        pid = record.pid
+        seconds = self.random.uniform(30, 180) if not self.args.quick else 30
+        os.kill(pid, signal.SIGSTOP)
+        self._later(seconds, lambda: os.kill(pid, signal.SIGCONT))
+
+    def edit_child(self) -> None:
+        live = [c for c in self.live() if c.state in ("healthy", "canary")]
+        if not live:
+            raise RuntimeError("no fleet to edit")
+        canary = self.random.choice(live)
+        what = self.random.choice(["scale-stable", "delete-service", "delete-canary"])
+        if what == "scale-stable":
+            body = {"spec": {"replicas": 3}}
+            self.apps.patch_namespaced_deployment(f"{canary.name}-stable", self.namespace, body)
+        elif what == "delete-service":
+            self.core.delete_namespaced_service(canary.name, self.namespace)
+        else:
+            self.apps.delete_namespaced_deployment(f"{canary.name}-canary", self.namespace)
+        self.edits[what] += 1
+
+    def second_writer(self) -> None:
+        live = [c for c in self.live() if c.state == "canary"]
+        if not live:
+            raise RuntimeError("no canary to race")
+        name = self.random.choice(live).name
+        for n in range(20):
+            body = {"metadata": {"annotations": {"chaos.specfleet.io/touch": str(n)}}}
+            self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name, body)
+            time.sleep(0.1)
+
+    def delete_node(self) -> None:
+        pods = self.core.list_namespaced_pod(self.namespace, label_selector="specfleet.io/track=canary").items
+        nodes = sorted({p.spec.node_name for p in pods if p.spec.node_name})
+        if not nodes:
+            raise RuntimeError("no canary pod on a node")
+        node = self.core.read_node(self.random.choice(nodes))
+        manifest = self.api.sanitize_for_serialization(node)
+        for key in ("resourceVersion", "uid", "creationTimestamp", "managedFields"):
+            manifest["metadata"].pop(key, None)
+        held = manifest.get("status") or {}  # capacity lives in status (kwok nodes have no kubelet to report it)
+        manifest["status"] = {k: held[k] for k in ("capacity", "allocatable") if k in held}
+        self.core.delete_node(node.metadata.name)
+
+        def put_back() -> None:
+            with contextlib.suppress(*API_TROUBLE):
+                self.core.create_node(manifest)
+
+        self._later(60, put_back)
+
+    def _later(self, seconds: float, undo: Callable[[], None]) -> None:
+        timer = threading.Timer(seconds, undo)
+        self.undo.append(timer)
+        timer.start()
+
+    def finish(self) -> None:
+        """Stop striking and end every fault still in force now, so nothing stays stopped or deleted."""
+        self.stop.set()
+        self.log.close()
+        for timer in self.undo:
+            if timer.is_alive():
+                timer.cancel()
+                timer.function(*timer.args)
+
+    def _restart(self, component: str) -> None:
+        """Stop a control-plane component and start it again with its recorded command line (data kept).
+
+        Starting is retried for two minutes (its port may linger in TIME_WAIT); a component that cannot be
+        started again ends the whole run, as nothing after it would measure the operator.
+        """
+        from specfleet.devcluster.cluster import ClusterError, start_component, stop_component
+
+        began = time.monotonic()
+        stop_component(self.cluster.state_dir, component)
+        time.sleep(self.random.uniform(2, 10))
+        while True:
+            try:
+                start_component(self.cluster.state_dir, component)
+                break
+            except ClusterError as error:
+                if time.monotonic() - began > 120:
+                    self.fatal = f"{component} could not be started again: {error}"
+                    raise
+                time.sleep(5)
+        self.recoveries.setdefault(component, []).append(time.monotonic() - began)
+
+    def restart_kube_apiserver(self) -> None:
+        self._restart("kube-apiserver")
+
+    def restart_etcd(self) -> None:
+        self._restart("etcd")
+
+
+def play(args: argparse.Namespace, cluster: Any, namespace: str, work: Path) -> dict[str, Any]:
+    """Run the canaries with the injector striking; returns the figures."""
+    api = cluster.api_client()
+    custom, core, apps = (kubernetes.client.CustomObjectsApi(api), kubernetes.client.CoreV1Api(api),
+                          kubernetes.client.AppsV1Api(api))  # fmt: skip
+    kinds = list(EXPECTED) if args.quick else [list(EXPECTED)[i % len(EXPECTED)] for i in range(args.canaries)]
+    random.Random(args.seed).shuffle(kinds)
+    canaries = [Canary(f"c{i:03d}-{kind}", kind) for i, kind in enumerate(kinds)]
+    victims: set[str] = set()
+    scenario_file = work / "scenario.yaml"
+    scenario_file.write_text(yaml.safe_dump(scenario(victims)))
+    sim_url = f"http://127.0.0.1:{free_port()}"
+    sim = [sys.executable, "-m", "specfleet.cli", "sim", "--scenario", str(scenario_file), "--kubeconfig",
+           str(cluster.kubeconfig), "--file-sd-dir", str(cluster.file_sd_dir), "--namespace", namespace,
+           "--listen", sim_url.removeprefix("http://"), "--seed", str(args.seed)]  # fmt: skip
+    operator = [sys.executable, "-m", "specfleet.cli", "run", "--namespace", namespace, "--liveness", "",
+                "--kubeconfig", str(cluster.kubeconfig), "--prometheus-url", cluster.prometheus_url,
+                "--leader-election", f"{namespace}/{LEASE}", "--resync", "30"]  # fmt: skip
+    began = time.monotonic()
+    with replicas("simulator", [sim], work), replicas("operator", [operator, operator], work) as ops:
+        injector = Injector(args, cluster, namespace, ops, lambda: [c for c in canaries if c.state != "done"], work)
+        striker = threading.Thread(target=injector.run, daemon=True)
+        striker.start()
+        try:
+            drive(args, canaries, custom, core, apps, namespace, sim_url, victims, lambda: injector.fatal)
+        finally:
+            injector.stop.set()
+            striker.join(timeout=300)
+            injector.finish()
+    matched = [c for c in canaries if c.outcome == EXPECTED[c.kind]]
+    return {
+        "settings": {
+            "canaries": len(canaries), "parallel": args.parallel, "fault_every_seconds": args.fault_every,
+            "component_restarts": args.component_restarts, "seed": args.seed, "rollout": ROLLOUT,
+        },
+        "seconds": round(time.monotonic() - began),
+        "faults": dict(sorted(injector.faults.items())),
+        "child_edits": dict(sorted(injector.edits.items())),
+        "faults_not_struck": injector.errors[:20],
+        "run_ended_early": injector.fatal,
+        "outcomes_matching": f"{len(matched)}/{len(canaries)}",
+        "outcomes": dict(Counter(f"{c.kind}: {c.outcome}" for c in canaries)),
+        "invariant_violations": [f"{c.name}: {v}" for c in canaries for v in c.violations],
+        "leader_takeover_seconds": summary(injector.takeovers),
+        "restart_recovery_seconds": {k: summary(v) for k, v in injector.recoveries.items()},
+    }  # fmt: skip
+
+
+def summary(values: list[float]) -> dict[str, Any]:
+    if not values:
+        return {"n": 0}
+    return {"n": len(values), "median": round(statistics.median(values), 1), "max": round(max(values), 1)}
+
+
+def drive(args: argparse.Namespace, canaries: list[Canary], custom: Any, core: Any, apps: Any, namespace: str,
+          sim_url: str, victims: set[str], fatal: Callable[[], str | None]) -> None:  # fmt: skip
+    """Move every canary through create -> Healthy -> changed -> ended -> checked -> deleted, `parallel` at once."""
+    deadline = time.monotonic() + args.timeout
+    while any(c.state != "done" for c in canaries):
+        if time.monotonic() > deadline or fatal():
+            why = fatal() or f"did not end within {args.timeout}s"
+            for c in canaries:
+                if c.state not in ("done", "creating"):
+                    c.violations.append(f"{why} (state {c.state})")
+                c.state = "done"
+            return
+        active = [c for c in canaries if c.state not in ("creating", "done")]
+        for c in canaries:
+            if c.state == "creating" and len(active) < args.parallel:
+                with contextlib.suppress(*API_TROUBLE):
+                    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, initial_fleet(c))
+                    c.state, c.started = "starting", time.monotonic()
+                    active.append(c)
+        try:
+            items = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
+        except API_TROUBLE:
+            time.sleep(2)  # the API server may be restarting
+            continue
+        objects = {o["metadata"]["name"]: o for o in items}
+        for c in canaries:
+            obj = objects.get(c.name)
+            status = (obj or {}).get("status") or {}
+            if c.state == "starting" and status.get("phase") == "Healthy":
+                c.revision = None
+                with contextlib.suppress(*API_TROUBLE):
+                    custom.patch_namespaced_custom_object(
+                        GROUP, VERSION, namespace, PLURAL, c.name, {"spec": canary_spec(c.kind, c.name)}
+                    )
+                    c.state = "canary"
+            elif c.state == "canary" and c.revision is None and status.get("canaryRevision"):
+                c.revision = status["canaryRevision"]
+            elif c.state == "canary" and c.kind == "turns-bad" and c.name not in victims and judged(status, c):
+                victims.add(c.name)  # its drafter turns bad after its first analysis
+                body = yaml.safe_dump(scenario(victims)).encode()
+                request = urllib.request.Request(f"{sim_url}/scenario", data=body, method="PUT")
+                urllib.request.urlopen(request, timeout=10)
+            elif c.state == "canary" and c.revision and ended(status, c.revision):
+                c.outcome = next(h["outcome"] for h in status["history"] if h["revision"] == c.revision)
+                c.state = "settling"
+                c.started = time.monotonic()
+            elif c.state == "settling" and time.monotonic() - c.started > 45 and obj is not None:
+                selector = f"specfleet.io/name={c.name}"
+                try:
+                    deployments = apps.list_namespaced_deployment(namespace, label_selector=selector).items
+                    services = core.list_namespaced_service(namespace, label_selector=selector).items
+                except API_TROUBLE:
+                    continue
+                c.violations = check_invariants(c, obj, deployments, services)
+                with contextlib.suppress(*API_TROUBLE):
+                    custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, c.name)
+                c.state = "done"
+                print(f"{c.name}: {c.outcome} {'OK' if not c.violations else c.violations}", file=sys.stderr)
+        time.sleep(1)
+
+
+def judged(status: dict[str, Any], canary: Canary) -> bool:
+    return ((status.get("lastAnalysis") or {}).get("revision")) == canary.revision is not None
+
+
+def ended(status: dict[str, Any], revision: str) -> bool:
+    """The canary's outcome is recorded and it has left the rollout (retired, traffic off)."""
+    recorded = any(h["revision"] == revision for h in status.get("history") or [])
+    return recorded and not status.get("canaryRevision") and not status.get("retiringRevision")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--canaries", type=int, default=100)
+    parser.add_argument("--parallel", type=int, default=15, help="canaries in flight at once")
+    parser.add_argument("--fault-every", type=float, default=20.0, help="mean seconds between faults")
+    parser.add_argument("--component-restarts", action="store_true", help="also restart kube-apiserver and etcd")
+    parser.add_argument("--quick", action="store_true", help="one canary of each kind, faults every 15 s")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--timeout", type=float, default=3600.0, help="give up on canaries not ended by then")
+    parser.add_argument("--state-dir", type=Path, default=Path(tempfile.gettempdir()) / "specfleet-chaos")
+    parser.add_argument("--keep", action="store_true", help="leave the cluster running")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.fault_every, args.timeout = 15.0, min(args.timeout, 900.0)
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    work = Path(tempfile.mkdtemp(prefix="specfleet-chaos-"))
+    print(f"logs in {work}", file=sys.stderr)
+    nodes = max(4, -(-2 * min(args.parallel, args.canaries) // 8) + 3)
+    with cluster_session(args.state_dir, nodes, keep=args.keep) as (cluster, namespace):
+        print(json.dumps(play(args, cluster, namespace, work), indent=2))
+
+
+if __name__ == "__main__":
+    main()
