@@ -2,13 +2,11 @@
 
 import contextlib
 import os
-import signal
 import socket
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import kubernetes
@@ -16,7 +14,7 @@ import kubernetes
 from specfleet.devcluster.cluster import ClusterInfo, up
 from specfleet.devcluster.config import free_ports
 from specfleet.devcluster.nodes import pool_from_counts
-from specfleet.devcluster.process import signals_deferred
+from specfleet.devcluster.process import signals_as_interrupts, signals_deferred, signals_ignored
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUP, VERSION, PLURAL = "specfleet.io", "v1alpha1", "speculativedeployments"
@@ -65,35 +63,6 @@ def percentile(values: list[float], q: float) -> float:
 
 
 @contextlib.contextmanager
-def signals_end_the_run() -> Iterator[None]:
-    """SIGTERM, SIGHUP and SIGINT raise KeyboardInterrupt, so the `finally` blocks that stop clusters and
-    processes run however a benchmark is ended (SIGINT too: a shell ignores it for a job started with `&`)."""
-
-    def interrupt(signum: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    numbers = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
-    previous = {number: signal.signal(number, interrupt) for number in numbers}
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-
-
-@contextlib.contextmanager
-def signals_ignored() -> Iterator[None]:
-    """While stopping what a run started: a second Ctrl-C must not leave half of it running."""
-    numbers = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
-    previous = {number: signal.signal(number, signal.SIG_IGN) for number in numbers}
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-
-
-@contextlib.contextmanager
 def cluster_session(state_dir: Path, mi300x_nodes: int, *, keep: bool = False) -> Iterator[tuple[ClusterInfo, str]]:
     """`cluster_with_crd` that always ends: a fresh dev cluster in `state_dir`, taken down when the block ends
     (success, exception, Ctrl-C, SIGTERM), or with `keep=True` left running with the command that stops it.
@@ -108,7 +77,7 @@ def cluster_session(state_dir: Path, mi300x_nodes: int, *, keep: bool = False) -
     state_dir = state_dir.absolute()
     if state_dir == default_state_dir().absolute():
         raise SystemExit(f"{state_dir} is the default dev cluster's state directory: give the benchmark its own")
-    with signals_end_the_run():
+    with signals_as_interrupts():
         try:
             if Layout(state_dir).marker.exists():
                 print(f"taking down the cluster an earlier run left in {state_dir}", file=sys.stderr)

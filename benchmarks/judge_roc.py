@@ -44,6 +44,7 @@ from typing import Any
 
 from specfleet.api.spec import Guardrails
 from specfleet.api.status import Verdict
+from specfleet.devcluster.process import signals_as_interrupts
 from specfleet.hardware import MI325X
 from specfleet.judge import TrackEvidence, judge
 from specfleet.render.argv import FINE_ITL_BUCKETS
@@ -51,8 +52,6 @@ from specfleet.sim.engine import Engine, Histogram, Metrics, configure
 from specfleet.sim.pods import parse_vllm_args
 from specfleet.sim.scenario import parse_scenario, resolve
 from specfleet.stats import Binned
-
-from benchkit import signals_end_the_run
 
 TARGET = "meta-llama/Llama-3.1-8B-Instruct"
 DRAFTER = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
@@ -375,7 +374,7 @@ def main() -> None:
         jobs += [(effect, args.load, looks, args.seed + 1000 * index + t) for t in range(trials)]
     # Pool, not ProcessPoolExecutor: leaving its `with` terminates and joins the workers, even on Ctrl-C
     # (an executor waits for every queued job, and its workers outlive a killed parent).
-    with signals_end_the_run(), multiprocessing.Pool(args.workers, initializer=_worker_started) as pool:
+    with signals_as_interrupts(), multiprocessing.Pool(args.workers, initializer=_worker_started) as pool:
         results = pool.map(_trial, jobs)
 
     detection: dict[str, dict[str, list[float]]] = {name: {} for name in JUDGES}

@@ -10,16 +10,13 @@ the operator it started and the dev cluster if it brought it up, unless `--keep`
 stop them.
 """
 
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import kubernetes
@@ -31,7 +28,7 @@ from specfleet.api.resource import GROUP, PLURAL, VERSION
 from specfleet.cli.console import make_console
 from specfleet.devcluster.cluster import ClusterInfo, down, status, up
 from specfleet.devcluster.paths import default_state_dir
-from specfleet.devcluster.process import signals_deferred
+from specfleet.devcluster.process import signals_as_interrupts, signals_deferred, signals_ignored
 
 NAME = "llama-70b"
 NAMESPACE = "specfleet-demo"
@@ -277,35 +274,6 @@ def stop_processes(processes: list[subprocess.Popen[bytes]], timeout: float = 30
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
-
-
-@contextmanager
-def signals_as_interrupts() -> Iterator[None]:
-    """SIGTERM and SIGHUP (a closed terminal) end the demo like Ctrl-C does, so its clean-up runs; SIGINT too,
-    which a shell ignores for a job it starts with `&`."""
-
-    def interrupt(signum: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    numbers = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {number: signal.signal(number, interrupt) for number in numbers}
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-
-
-@contextmanager
-def signals_ignored() -> Iterator[None]:
-    """While cleaning up: a second Ctrl-C must not leave half the processes running."""
-    numbers = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {number: signal.signal(number, signal.SIG_IGN) for number in numbers}
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
 
 
 def run_demo(keep: bool, console: Console | None = None) -> list[str]:

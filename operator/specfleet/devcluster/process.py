@@ -11,11 +11,12 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,36 @@ def rss_bytes(pid: int) -> int | None:
     return None
 
 
+ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""What ends a run from outside: Ctrl-C, `kill`, a closed terminal."""
+
+
+@contextmanager
+def _signals_handled_by(handler: Callable[[int, FrameType | None], Any] | int) -> Iterator[None]:
+    previous = {number: signal.signal(number, handler) for number in ENDING_SIGNALS}
+    try:
+        yield
+    finally:
+        for number, handler_before in previous.items():
+            signal.signal(number, handler_before)
+
+
+def _interrupt(signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def signals_as_interrupts() -> AbstractContextManager[None]:
+    """SIGTERM and SIGHUP end the block as Ctrl-C does (KeyboardInterrupt), so the `finally` blocks that stop
+    clusters and processes run however a run is ended; SIGINT too, which a shell ignores for a job it
+    starts with `&`."""
+    return _signals_handled_by(_interrupt)
+
+
+def signals_ignored() -> AbstractContextManager[None]:
+    """While stopping what a run started: a second Ctrl-C must not leave half of it running."""
+    return _signals_handled_by(signal.SIG_IGN)
+
+
 @contextmanager
 def signals_deferred() -> Iterator[None]:
     """Hold SIGINT, SIGTERM and SIGHUP until the block ends, then act on them as the handlers before would.
@@ -91,7 +122,7 @@ def signals_deferred() -> Iterator[None]:
     def hold(signum: int, _frame: FrameType | None) -> None:
         received.append(signum)
 
-    previous = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    previous = {number: signal.getsignal(number) for number in ENDING_SIGNALS}
     held = [number for number, handler in previous.items() if handler not in (signal.SIG_IGN, None)]
     for number in held:
         signal.signal(number, hold)
