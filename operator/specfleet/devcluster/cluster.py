@@ -262,18 +262,25 @@ def _log_tail(layout: Layout, name: str, lines: int = 15) -> str:
     return f"--- {layout.log_file(name)} (last {len(tail)} lines) ---\n" + "\n".join(tail)
 
 
+def _bind_once(port: int) -> None:
+    """Raise OSError if a server could not listen on `port` now.
+
+    Like the servers themselves: a port in TIME_WAIT after `down` is free, a listener is not.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((config.LOOPBACK, port))
+
+
 def _check_ports_free(ports: Ports) -> None:
     for name, port in ports.as_dict().items():
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            # Like the servers themselves: a port in TIME_WAIT after `down` is free, a listener is not.
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind((config.LOOPBACK, port))
-            except OSError as error:
-                raise ClusterError(
-                    f"port {port} ({name}) on {config.LOOPBACK} is in use: another dev cluster or program holds it. "
-                    "Stop it (`specfleet dev down`, maybe with --state-dir) or start with --free-ports."
-                ) from error
+        try:
+            _bind_once(port)
+        except OSError as error:
+            raise ClusterError(
+                f"port {port} ({name}) on {config.LOOPBACK} is in use: another dev cluster or program holds it. "
+                "Stop it (`specfleet dev down`, maybe with --state-dir) or start with --free-ports."
+            ) from error
 
 
 def _write_kubeconfigs(layout: Layout, ports: Ports) -> None:
@@ -409,16 +416,14 @@ def _recorded_command(layout: Layout, info: ClusterInfo, name: str) -> list[str]
 def _check_component_ports_free(info: ClusterInfo, name: str) -> None:
     for field_name in _LISTENERS[name]:
         port = getattr(info.ports, field_name)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                sock.bind((config.LOOPBACK, port))
-            except OSError as error:
-                raise ClusterError(
-                    f"cannot restart {name}: its port {port} on {config.LOOPBACK} is held by another program. "
-                    f"Stop that program, or start over with `specfleet dev up --recreate --free-ports` "
-                    f"(this cluster's objects are then lost)."
-                ) from error
+        try:
+            _bind_once(port)
+        except OSError as error:
+            raise ClusterError(
+                f"cannot restart {name}: its port {port} on {config.LOOPBACK} is held by another program. "
+                f"Stop that program, or start over with `specfleet dev up --recreate --free-ports` "
+                f"(this cluster's objects are then lost)."
+            ) from error
 
 
 def _poll(check: Callable[[], bool], seconds: float) -> bool:
