@@ -71,9 +71,9 @@ def sim_command(
 ) -> None:
     """Stand in for vLLM: serve each pod's /metrics from a model of speculative decoding, for Prometheus to scrape.
 
-    Watches the pods labelled specfleet.io/name, reads their `vllm serve` arguments and node GPU, and writes
-    file_sd targets with the labels a PodMonitor would give. PUT a new scenario to <url>/scenario, or edit
-    the file, to change acceptance, load or cost at run time.
+    Watches the pods that run `vllm serve` (whoever owns them: specfleet, an Argo Rollout, a Flagger canary),
+    reads their arguments and node GPU, and writes file_sd targets with the labels a PodMonitor would give.
+    PUT a new scenario to <url>/scenario, or edit the file, to change acceptance, load or cost at run time.
 
     With --engine vllm-cpu, each pod gets a real `vllm serve` from its rendered arguments instead, with the
     hardware-specific parts translated (printed per pod), and a bounded load of completion requests.

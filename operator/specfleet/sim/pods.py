@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Any
 
+from specfleet.api.vocabulary import LABEL_TRACK
 from specfleet.render.argv import ITL_BUCKETS_FLAG
 from specfleet.render.buckets import BucketsError, check_histogram_buckets
-from specfleet.render.manifests import LABEL_TRACK
 from specfleet.sim.scenario import PodIdentity
 
 DEFAULT_MAX_NUM_SEQS = 256
@@ -235,15 +235,27 @@ def parse_vllm_args(argv: list[str]) -> VllmArgs:
         raise PodArgsError(f"bad number in the vLLM arguments: {error}") from None
 
 
-def _vllm_container(pod: dict[str, Any]) -> dict[str, Any]:
+def _find_vllm_container(pod: dict[str, Any]) -> dict[str, Any] | None:
     containers = (pod.get("spec") or {}).get("containers") or []
     for container in containers:
-        if container.get("command", [])[:2] == ["vllm", "serve"]:
+        if (container.get("command") or [])[:2] == ["vllm", "serve"]:
             return container
     for container in containers:
         if container.get("name") == "vllm":
             return container
-    raise PodArgsError("no container runs `vllm serve`")
+    return None
+
+
+def runs_vllm(pod: dict[str, Any]) -> bool:
+    """Whether the pod has a vLLM container, whoever owns it (specfleet, an Argo Rollout, a Flagger canary)."""
+    return _find_vllm_container(pod) is not None
+
+
+def _vllm_container(pod: dict[str, Any]) -> dict[str, Any]:
+    container = _find_vllm_container(pod)
+    if container is None:
+        raise PodArgsError("no container runs `vllm serve`")
+    return container
 
 
 def pod_argv(pod: dict[str, Any]) -> list[str]:

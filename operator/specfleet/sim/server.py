@@ -41,7 +41,7 @@ from specfleet.render.argv import VLLM_PORT
 from specfleet.sim import model
 from specfleet.sim.engine import Engine, EngineConfig, configure
 from specfleet.sim.exposition import exposition
-from specfleet.sim.pods import PodArgsError, PodInfo, parse_pod
+from specfleet.sim.pods import PodArgsError, PodInfo, parse_pod, runs_vllm
 from specfleet.sim.scenario import Scenario, ScenarioError, dump_scenario, load_scenario, resolve
 from specfleet.sim.watch import KubePodSource
 
@@ -51,6 +51,11 @@ DEFAULT_PORT = 18000
 TICK_SECONDS = 1.0
 FALLBACK_GPU = MI300X
 """Used for pods on nodes without a known `amd.com/gpu.product-name` label."""
+PEER_TARGET_LABELS = ("app", "rollouts-pod-template-hash")
+"""Pod labels kept as target labels besides specfleet's, so other controllers' PromQL can tell canary from
+stable: Argo Rollouts' `rollouts-pod-template-hash` (canary and stable ReplicaSets differ in it), and the
+`app` label that Flagger's kubernetes provider sets to `<target>` on canary pods and `<target>-primary`
+on primary pods. A PodMonitor with these `podTargetLabels` gives the same labels."""
 
 
 class ListenError(ValueError):
@@ -92,7 +97,7 @@ def target_group(pod: PodInfo, address: str, path: str | None = None) -> dict[st
         "endpoint": "http",
         "instance": f"{pod.pod_ip}:{VLLM_PORT}" if pod.pod_ip else pod.name,
     }
-    for label in names.POD_TARGET_LABELS:
+    for label in (*names.POD_TARGET_LABELS, *PEER_TARGET_LABELS):
         if label in pod.labels:
             labels[prometheus_label(label)] = pod.labels[label]
     return {"targets": [address], "labels": labels}
@@ -154,7 +159,9 @@ class Simulator:
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._server: ThreadingHTTPServer | None = None
-        self._source = KubePodSource(api_client, namespaces, self) if api_client is not None else None
+        self._source = (
+            KubePodSource(api_client, namespaces, self, label_selector=None) if api_client is not None else None
+        )
         self._written: str | None = None
 
     # lifecycle
@@ -252,7 +259,13 @@ class Simulator:
     # pods (the PodSink interface of KubePodSource; tests may call these directly)
 
     def upsert_pod(self, pod: dict[str, Any], node_labels: dict[str, str]) -> None:
-        """Add or update a pod from its API JSON; a Running pod gets a target, a Ready one an engine."""
+        """Add or update a pod from its API JSON; a Running pod gets a target, a Ready one an engine.
+
+        Pods without a vLLM container (the watch sees every pod) are ignored quietly; a vLLM pod whose
+        arguments cannot be read is reported.
+        """
+        if not runs_vllm(pod):
+            return
         try:
             info = parse_pod(pod)
         except PodArgsError as error:

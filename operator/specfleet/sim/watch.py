@@ -1,6 +1,8 @@
-"""Pods of SpeculativeDeployments, from the Kubernetes API: list, then watch; relist after any error.
+"""Pods from the Kubernetes API: list, then watch; relist after any error.
 
-Hands each pod (as API JSON) and its node's labels to a sink; knows nothing about simulation.
+Hands each pod (as API JSON) and its node's labels to a sink; knows nothing about simulation. By default
+only the pods of SpeculativeDeployments; with `label_selector=None` every pod of the scope, for a sink
+that picks vLLM pods whoever owns them (the simulator, so Argo Rollouts and Flagger canaries are served too).
 """
 
 import logging
@@ -12,7 +14,7 @@ import kubernetes
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from specfleet.render.manifests import LABEL_NAME
+from specfleet.api.vocabulary import LABEL_NAME
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +34,15 @@ class PodSink(Protocol):
 class KubePodSource:
     """One watch thread per namespace (or one for all namespaces), feeding `sink`."""
 
-    def __init__(self, api_client: kubernetes.client.ApiClient, namespaces: Sequence[str], sink: PodSink) -> None:
+    def __init__(
+        self,
+        api_client: kubernetes.client.ApiClient,
+        namespaces: Sequence[str],
+        sink: PodSink,
+        label_selector: str | None = LABEL_NAME,
+    ) -> None:
         self.api_client = api_client
+        self.label_selector = label_selector
         self.core = kubernetes.client.CoreV1Api(api_client)
         self.scopes: list[str | None] = list(namespaces) or [None]
         self.sink = sink
@@ -65,9 +74,11 @@ class KubePodSource:
         return self._node_labels[name]
 
     def _list(self, namespace: str | None, **kwargs: Any) -> Any:
+        if self.label_selector is not None:
+            kwargs["label_selector"] = self.label_selector
         if namespace is None:
-            return self.core.list_pod_for_all_namespaces(label_selector=LABEL_NAME, **kwargs)
-        return self.core.list_namespaced_pod(namespace, label_selector=LABEL_NAME, **kwargs)
+            return self.core.list_pod_for_all_namespaces(**kwargs)
+        return self.core.list_namespaced_pod(namespace, **kwargs)
 
     def _run(self, namespace: str | None) -> None:
         while not self._stop.is_set():
