@@ -13,9 +13,11 @@ plain stable config and changed once. What each kind has, and its undisturbed ou
 Faults, one every `--fault-every` seconds on average: SIGKILL of the operator's leader or of its standby
 (restarted a moment later), Prometheus stopped (SIGSTOP) for 30 s-3 min, the API server or etcd
 restarted (`--component-restarts`), a child edited or deleted by hand, a second writer annotating a
-fleet in a tight loop (409s for the operator), a node holding a canary pod deleted (put back later).
-The fault policy: `onProviderError` acts after 5 minutes, longer than any outage, so a good canary is held
-while Prometheus is away, never rolled back.
+fleet in a tight loop (409s for the operator), a node holding a canary pod deleted (put back later), the
+scrapes of one fleet's canary, stable or both broken for 30 s-3 min (its pods' /metrics answer HTTP 500s
+or an HTML page: the simulator's `scrape_faults`). The fault policy: `onProviderError` and `onNoData` act
+after 5 and 10 minutes, longer than any outage, so a good canary is held while its evidence is missing,
+never rolled back.
 
 When a canary ends, an invariant checker reads the cluster: outcome as undisturbed, one history entry
 per canary, a promotion only on "all steps passed", exactly one stable Deployment at the stable revision
@@ -78,7 +80,16 @@ ROLLOUT: dict[str, Any] = {
 LEASE = "specfleet-chaos"
 API_TROUBLE = (kubernetes.client.ApiException, urllib3.exceptions.HTTPError, OSError)
 """What a call to an API server that is restarting (or to one that refuses the call) raises: try again later."""
-FAULTS = ("kill-leader", "kill-standby", "stop-prometheus", "edit-child", "second-writer", "delete-node")
+FAULTS = (
+    "kill-leader",
+    "kill-standby",
+    "stop-prometheus",
+    "edit-child",
+    "second-writer",
+    "delete-node",
+    "break-scrapes",
+)
+NEEDS_A_CANARY = ("edit-child", "second-writer", "delete-node", "break-scrapes")
 COMPONENT_FAULTS = ("restart-kube-apiserver", "restart-etcd")
 
 
@@ -97,10 +108,48 @@ def canary_spec(kind: str, name: str) -> dict[str, Any]:
     raise ValueError(kind)
 
 
-def scenario(victims: set[str]) -> dict[str, Any]:
-    """The simulator's world: good drafters at 0.8; `bad/*` and the turned victims at 0.3."""
+def scenario(victims: set[str], broken: dict[str, str] | None = None) -> dict[str, Any]:
+    """The simulator's world: good drafters at 0.8; `bad/*` and the turned victims at 0.3; the scrapes of the
+    pods matching each `broken` glob answer as it says (`error` or `garbage`)."""
     pairs = [{"target": "*", "drafter": f"victim/{name}", "acceptance": 0.3} for name in sorted(victims)]
-    return {"defaults": SCENARIO_DEFAULTS, "pairs": [*pairs, {"target": "*", "drafter": "bad/*", "acceptance": 0.3}]}
+    faults = [{"pod": glob, "answer": answer} for glob, answer in sorted((broken or {}).items())]
+    return {
+        "defaults": SCENARIO_DEFAULTS,
+        "pairs": [*pairs, {"target": "*", "drafter": "bad/*", "acceptance": 0.3}],
+        "scrape_faults": faults,
+    }
+
+
+class World:
+    """The simulator's scenario as the run changes it. The driver turns drafters bad, the injector breaks and
+    mends scrapes; each change sends the whole document, under one lock, so neither undoes the other's."""
+
+    def __init__(self, sim_url: str, scenario_file: Path) -> None:
+        self.sim_url = sim_url
+        self.victims: set[str] = set()
+        self.broken: dict[str, str] = {}
+        self._lock = threading.Lock()
+        scenario_file.write_text(yaml.safe_dump(scenario(self.victims)))
+
+    def turn_bad(self, name: str) -> None:
+        with self._lock:
+            self.victims.add(name)
+            self._publish()
+
+    def break_scrapes(self, glob: str, answer: str) -> None:
+        with self._lock:
+            self.broken[glob] = answer
+            self._publish()
+
+    def mend_scrapes(self, glob: str) -> None:
+        with self._lock:
+            self.broken.pop(glob, None)
+            self._publish()
+
+    def _publish(self) -> None:
+        body = yaml.safe_dump(scenario(self.victims, self.broken)).encode()
+        request = urllib.request.Request(f"{self.sim_url}/scenario", data=body, method="PUT")
+        urllib.request.urlopen(request, timeout=10).close()
 
 
 def initial_fleet(canary: "Canary") -> dict[str, Any]:
@@ -205,9 +254,11 @@ class Injector:
         namespace: str,
         ops: list[Replica],
         live: Callable[[], list[Canary]],
+        world: World,
         work: Path,
     ) -> None:
         self.args, self.cluster, self.namespace, self.ops, self.live = args, cluster, namespace, ops, live
+        self.world = world
         self.api = cluster.api_client()
         self.core = kubernetes.client.CoreV1Api(self.api)
         self.apps = kubernetes.client.AppsV1Api(self.api)
@@ -216,6 +267,7 @@ class Injector:
         self.random = random.Random(args.seed)
         self.faults: Counter[str] = Counter()
         self.edits: Counter[str] = Counter()
+        self.broken_scrapes: Counter[str] = Counter()
         self.undo: list[threading.Timer] = []
         """Faults that end later (Prometheus continued, a node put back): all ended at once by `finish`."""
         self.takeovers: list[float] = []
@@ -228,14 +280,20 @@ class Injector:
         self.kinds = FAULTS + (COMPONENT_FAULTS if args.component_restarts else ())
 
     def run(self) -> None:
+        """Kinds are dealt from a shuffled deck, so every kind strikes as often as the others (and a short run
+        strikes each); one that could not be struck (nothing to strike yet) is tried again next."""
+        deck: list[str] = []
         while not self.stop.wait(self.random.expovariate(1 / self.args.fault_every)):
-            kind = self.random.choice(self.kinds)
+            if not deck:  # dealt from the end: the kinds that need a live canary first, while there are some
+                deck = sorted(self.random.sample(self.kinds, len(self.kinds)), key=lambda k: k in NEEDS_A_CANARY)
+            kind = deck.pop()
             try:
                 getattr(self, kind.replace("-", "_"))()
                 self.faults[kind] += 1
                 print(f"{time.strftime('%H:%M:%S')} {kind}", file=self.log, flush=True)
             except Exception as error:  # a fault that could not be struck is reported, not fatal
                 self.errors.append(f"{kind}: {error}")
+                deck.append(kind)
                 print(f"{time.strftime('%H:%M:%S')} {kind} not struck: {error}", file=self.log, flush=True)
             if self.fatal:
                 return
@@ -327,6 +385,18 @@ class Injector:
 
         self._later(60, put_back)
 
+    def break_scrapes(self) -> None:
+        live = [c for c in self.live() if c.state == "canary"]
+        if not live:
+            raise RuntimeError("no canary whose scrapes to break")
+        name = self.random.choice(live).name
+        track = self.random.choice(["canary-", "stable-", ""])
+        answer = self.random.choice(["error", "garbage"])
+        glob = f"{self.namespace}/{name}-{track}*"
+        self.world.break_scrapes(glob, answer)
+        self.broken_scrapes[f"{track or 'both-'}{answer}"] += 1
+        self._later(self.random.uniform(30, 180) if not self.args.quick else 30, lambda: self.world.mend_scrapes(glob))
+
     def _later(self, seconds: float, undo: Callable[[], None]) -> None:
         timer = threading.Timer(seconds, undo)
         self.undo.append(timer)
@@ -378,10 +448,9 @@ def play(args: argparse.Namespace, cluster: Any, namespace: str, work: Path) -> 
     kinds = list(EXPECTED) if args.quick else [list(EXPECTED)[i % len(EXPECTED)] for i in range(args.canaries)]
     random.Random(args.seed).shuffle(kinds)
     canaries = [Canary(f"c{i:03d}-{kind}", kind) for i, kind in enumerate(kinds)]
-    victims: set[str] = set()
     scenario_file = work / "scenario.yaml"
-    scenario_file.write_text(yaml.safe_dump(scenario(victims)))
     sim_url = f"http://127.0.0.1:{free_port()}"
+    world = World(sim_url, scenario_file)
     sim = [sys.executable, "-m", "specfleet.cli", "sim", "--scenario", str(scenario_file), "--kubeconfig",
            str(cluster.kubeconfig), "--file-sd-dir", str(cluster.file_sd_dir), "--namespace", namespace,
            "--listen", sim_url.removeprefix("http://"), "--seed", str(args.seed)]  # fmt: skip
@@ -390,11 +459,15 @@ def play(args: argparse.Namespace, cluster: Any, namespace: str, work: Path) -> 
                 "--leader-election", f"{namespace}/{LEASE}", "--resync", "30"]  # fmt: skip
     began = time.monotonic()
     with replicas("simulator", [sim], work), replicas("operator", [operator, operator], work) as ops:
-        injector = Injector(args, cluster, namespace, ops, lambda: [c for c in canaries if c.state != "done"], work)
+
+        def live() -> list[Canary]:
+            return [c for c in canaries if c.state != "done"]
+
+        injector = Injector(args, cluster, namespace, ops, live, world, work)
         striker = threading.Thread(target=injector.run, daemon=True)
         striker.start()
         try:
-            drive(args, canaries, custom, core, apps, namespace, sim_url, victims, lambda: injector.fatal)
+            drive(args, canaries, custom, core, apps, namespace, world, lambda: injector.fatal)
         finally:
             injector.stop.set()
             striker.join(timeout=300)
@@ -408,6 +481,7 @@ def play(args: argparse.Namespace, cluster: Any, namespace: str, work: Path) -> 
         "seconds": round(time.monotonic() - began),
         "faults": dict(sorted(injector.faults.items())),
         "child_edits": dict(sorted(injector.edits.items())),
+        "broken_scrapes": dict(sorted(injector.broken_scrapes.items())),
         "faults_not_struck": injector.errors[:20],
         "run_ended_early": injector.fatal,
         "outcomes_matching": f"{len(matched)}/{len(canaries)}",
@@ -425,7 +499,7 @@ def summary(values: list[float]) -> dict[str, Any]:
 
 
 def drive(args: argparse.Namespace, canaries: list[Canary], custom: Any, core: Any, apps: Any, namespace: str,
-          sim_url: str, victims: set[str], fatal: Callable[[], str | None]) -> None:  # fmt: skip
+          world: World, fatal: Callable[[], str | None]) -> None:  # fmt: skip
     """Move every canary through create -> Healthy -> changed -> ended -> checked -> deleted, `parallel` at once."""
     deadline = time.monotonic() + args.timeout
     while any(c.state != "done" for c in canaries):
@@ -461,11 +535,8 @@ def drive(args: argparse.Namespace, canaries: list[Canary], custom: Any, core: A
                     c.state = "canary"
             elif c.state == "canary" and c.revision is None and status.get("canaryRevision"):
                 c.revision = status["canaryRevision"]
-            elif c.state == "canary" and c.kind == "turns-bad" and c.name not in victims and judged(status, c):
-                victims.add(c.name)  # its drafter turns bad after its first analysis
-                body = yaml.safe_dump(scenario(victims)).encode()
-                request = urllib.request.Request(f"{sim_url}/scenario", data=body, method="PUT")
-                urllib.request.urlopen(request, timeout=10)
+            elif c.state == "canary" and c.kind == "turns-bad" and c.name not in world.victims and judged(status, c):
+                world.turn_bad(c.name)  # its drafter turns bad after its first analysis
             elif c.state == "canary" and c.revision and ended(status, c.revision):
                 c.outcome = next(h["outcome"] for h in status["history"] if h["revision"] == c.revision)
                 c.state = "settling"
@@ -501,14 +572,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--parallel", type=int, default=15, help="canaries in flight at once")
     parser.add_argument("--fault-every", type=float, default=20.0, help="mean seconds between faults")
     parser.add_argument("--component-restarts", action="store_true", help="also restart kube-apiserver and etcd")
-    parser.add_argument("--quick", action="store_true", help="one canary of each kind, faults every 15 s")
+    parser.add_argument("--quick", action="store_true", help="one canary of each kind, faults every 8 s")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=3600.0, help="give up on canaries not ended by then")
     parser.add_argument("--state-dir", type=Path, default=Path(tempfile.gettempdir()) / "specfleet-chaos")
     parser.add_argument("--keep", action="store_true", help="leave the cluster running")
     args = parser.parse_args(argv)
     if args.quick:
-        args.fault_every, args.timeout = 15.0, min(args.timeout, 900.0)
+        args.fault_every, args.timeout = 8.0, min(args.timeout, 900.0)
     return args
 
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.sim.scenario import PodIdentity, ScenarioError, dump_scenario, load_scenario, resolve
+from specfleet.sim.scenario import PodIdentity, ScenarioError, dump_scenario, load_scenario, resolve, scrape_fault
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sim" / "scenario.yaml"
 
@@ -125,6 +125,8 @@ def test_new_knobs_resolve_per_pair() -> None:
         ("defaults: {output_tokens: 0}", "defaults.output_tokens: Input should be greater than or equal to 1"),
         ("pairs: {target: x}", "pairs: Input should be a valid list"),
         ("colour: red", "colour: unknown field"),
+        ("scrape_faults: [{pod: 'a/*', answer: timeout}]", "scrape_faults[0].answer: Input should be 'error' or"),
+        ("scrape_faults: [{answer: error}]", "scrape_faults[0].pod: Field required"),
         ("- a list", "document: Input should be a valid dictionary"),
         ("pairs: [", "document: not valid YAML"),
     ],
@@ -139,6 +141,17 @@ def test_several_errors_are_reported_together() -> None:
     with pytest.raises(ScenarioError) as error:
         load_scenario("pairs: [{target: x, acceptance: 2, decay: 3}]")
     assert "pairs[0].acceptance" in str(error.value) and "pairs[0].decay" in str(error.value)
+
+
+def test_the_first_scrape_fault_matching_namespace_and_pod_wins() -> None:
+    scenario = load_scenario(
+        "scrape_faults: [{pod: 'shop/web-canary-*', answer: error}, {pod: '*/web-*', answer: garbage}]"
+    )
+    assert scrape_fault(scenario, "shop", "web-canary-7d9-x") == "error"
+    assert scrape_fault(scenario, "shop", "web-stable-5c4-y") == "garbage"
+    assert scrape_fault(scenario, "shop", "api-stable-5c4-y") is None
+    assert scrape_fault(load_scenario("{}"), "shop", "web-canary-7d9-x") is None
+    assert resolve(scenario, EAGLE_8B) == resolve(load_scenario("{}"), EAGLE_8B)  # the engines are untouched
 
 
 def test_dump_round_trips() -> None:

@@ -145,6 +145,31 @@ def test_a_loading_pod_is_scraped_but_answers_503_and_an_unknown_one_404(sim: Si
     assert request(sim.url + "/pods/team/p1/metrics")[0] == 200
 
 
+def test_scrape_faults_break_only_the_matching_pods_endpoint_while_its_engine_runs_on(
+    sim: Simulator, clock: FakeClock
+) -> None:
+    sim.upsert_pod(pod("web-canary-1"), MI325X_NODE)
+    sim.upsert_pod(pod("web-stable-1", Track.STABLE), MI325X_NODE)
+    clock.now += 10
+    before = drafted_tokens(request(sim.url + "/pods/team/web-canary-1/metrics")[1])
+    faults = "scrape_faults: [{pod: 'team/web-canary-*', answer: error}, {pod: '*/web-stable-1', answer: garbage}]"
+    assert request(sim.url + "/scenario", "PUT", faults)[0] == 200
+    clock.now += 20
+    assert request(sim.url + "/pods/team/web-canary-1/metrics")[0] == 500
+    status, body = request(sim.url + "/pods/team/web-stable-1/metrics")
+    assert status == 200
+    with pytest.raises(ValueError):  # what Prometheus would fail to parse too
+        list(text_string_to_metric_families(body))
+    assert request(sim.url + "/scenario", "PUT", "{}")[0] == 200
+    after = drafted_tokens(request(sim.url + "/pods/team/web-canary-1/metrics")[1])
+    assert after > before + 1000  # the 20 s without a scrape were simulated all the same
+
+
+def drafted_tokens(body: str) -> float:
+    families = {f.name: f for f in text_string_to_metric_families(body)}
+    return families[names.DRAFT_TOKENS.removesuffix("_total")].samples[0].value
+
+
 def test_pods_that_stop_running_or_vanish_lose_their_targets(sim: Simulator) -> None:
     sim.upsert_pod(pod("p1"), MI325X_NODE)
     sim.upsert_pod(pod("p2", Track.STABLE), MI325X_NODE)

@@ -4,9 +4,14 @@
     pairs:
       - {target: "meta-llama/Llama-3.1-8B*", drafter: "yuhuili/EAGLE3-*", acceptance: 0.8}
       - {target: "*", drafter: ngram, acceptance: 0.5, propose_rate: 0.6}
+    scrape_faults:
+      - {pod: "shop/llama-canary-*", answer: error}
 
 A scenario states what a user's drafter has (its per-token acceptance, the spread of that across
 requests, its cost) and the load; never the number Prometheus should show, which the simulation yields.
+`scrape_faults` are the one exception, and they leave the simulation alone: a matching pod's engine runs
+on, but its /metrics answers an HTTP 500 (`error`) or a 200 whose body is not the exposition format
+(`garbage`), as a broken exporter or a proxy's error page would, so Prometheus records a failed scrape.
 
 A pod takes the defaults, overridden by the first pair that matches it. `target` matches the model
 argument or the served model name, `drafter` the draft model or the speculative method (so ngram, suffix
@@ -16,7 +21,7 @@ patterns, compared case-insensitively.
 
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -119,6 +124,20 @@ class Pair(Knobs):
     """Only pods of this track (label specfleet.io/track), e.g. to make the canary of an A/A pair differ."""
 
 
+ScrapeAnswer = Literal["error", "garbage"]
+
+
+class ScrapeFault(BaseModel):
+    """Pods whose /metrics endpoint is broken: their scrapes fail while their engines run on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pod: str = Field(min_length=1)
+    """fnmatch glob on `namespace/name` of the pod."""
+    answer: ScrapeAnswer
+    """`error`: HTTP 500; `garbage`: HTTP 200 with a body that is not the Prometheus exposition format."""
+
+
 class Scenario(BaseModel):
     """The whole document; replaced as a unit at run time."""
 
@@ -126,6 +145,12 @@ class Scenario(BaseModel):
 
     defaults: Defaults = Field(default_factory=Defaults)
     pairs: list[Pair] = Field(default_factory=list)
+    scrape_faults: list[ScrapeFault] = Field(default_factory=list)
+
+
+def scrape_fault(scenario: Scenario, namespace: str, pod: str) -> ScrapeAnswer | None:
+    """How the first fault matching `namespace/pod` breaks its scrape; None when its /metrics works."""
+    return next((f.answer for f in scenario.scrape_faults if _glob(f.pod, f"{namespace}/{pod}")), None)
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,15 @@ from specfleet.sim import model
 from specfleet.sim.engine import Engine, EngineConfig, configure
 from specfleet.sim.exposition import exposition
 from specfleet.sim.pods import PodArgsError, PodInfo, parse_pod, runs_vllm
-from specfleet.sim.scenario import Scenario, ScenarioError, dump_scenario, load_scenario, resolve
+from specfleet.sim.scenario import (
+    Scenario,
+    ScenarioError,
+    ScrapeAnswer,
+    dump_scenario,
+    load_scenario,
+    resolve,
+    scrape_fault,
+)
 from specfleet.sim.watch import KubePodSource
 
 log = logging.getLogger(__name__)
@@ -51,6 +59,15 @@ DEFAULT_PORT = 18000
 TICK_SECONDS = 1.0
 FALLBACK_GPU = MI300X
 """Used for pods on nodes without a known `amd.com/gpu.product-name` label."""
+SCRAPE_FAULT_ANSWERS: dict[ScrapeAnswer, tuple[HTTPStatus, bytes]] = {
+    "error": (HTTPStatus.INTERNAL_SERVER_ERROR, b"internal server error\n"),
+    "garbage": (
+        HTTPStatus.OK,
+        b"<html><head><title>502 Bad Gateway</title></head>\n<body>upstream reset</body></html>\n",
+    ),
+}
+"""What a broken exporter answers: an error status, or a 200 whose body (a proxy's error page) Prometheus
+cannot parse. Either way the scrape fails and `up` is 0 for the target."""
 PEER_TARGET_LABELS = ("app", "rollouts-pod-template-hash")
 """Pod labels kept as target labels besides specfleet's, so other controllers' PromQL can tell canary from
 stable: Argo Rollouts' `rollouts-pod-template-hash` (canary and stable ReplicaSets differ in it), and the
@@ -314,7 +331,8 @@ class Simulator:
     # output
 
     def metrics(self, namespace: str, name: str) -> tuple[HTTPStatus, bytes]:
-        """The pod's exposition, advanced to now; 404 for an unknown pod, 503 before it is Ready."""
+        """The pod's exposition, advanced to now; 404 for an unknown pod, 503 before it is Ready, and what the
+        scenario's `scrape_faults` say for a pod whose endpoint is broken (its engine still advances)."""
         with self._lock:
             pod = self._pods.get(f"{namespace}/{name}")
             if pod is None:
@@ -322,6 +340,9 @@ class Simulator:
             if pod.engine is None:
                 return HTTPStatus.SERVICE_UNAVAILABLE, b"engine not ready\n"
             pod.engine.advance_to(self.clock())
+            fault = scrape_fault(self._scenario, namespace, name)
+            if fault is not None:
+                return SCRAPE_FAULT_ANSWERS[fault]
             body = exposition(
                 pod.engine.metrics, pod.info.args.served_model_name, pod.info.args.speculative is not None, pod.created
             )
