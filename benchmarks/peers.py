@@ -18,14 +18,23 @@ until the canary gets no traffic) together with `good` fleets (a non-speculative
 load for their first minute: false rollbacks). Last, `outage` fleets with a live, healthy canary:
 Prometheus is stopped for 2 minutes mid-analysis (what each does). One simulator per namespace.
 
-    python benchmarks/peers.py --trials 20            # both settings, about an hour on 2 cores
+Then fleet scale (`fleetscale.py`): `--scale` one-replica fleets of each controller (a SpeculativeDeployment;
+a Rollout and its Service; a Deployment and its Canary; all at the tuned 10 s interval), one controller at
+a time, started fresh in a namespace of its own on at least 2 x N / 8 fake MI300X nodes (a Flagger fleet
+briefly has two pods): time until all converged (Healthy, Healthy, Initialized), the controller's CPU
+seconds and peak RSS, its API requests per object (from the API server's audit log), and its writes per
+minute over `--idle` seconds in which nothing changes.
+
+    python benchmarks/peers.py --trials 20 --phases rollback   # both settings, about 80 minutes on 2 cores
+    python benchmarks/peers.py --phases scale --scale 1000      # about 30 minutes
     python benchmarks/peers.py --quick                # tuned settings, 3 trials, about 15 minutes
 
-Prints one table and the JSON, writes docs/peers-rollback.png. The cluster and every process stop on exit.
+Prints the tables and the JSON, writes docs/peers-rollback.png. The cluster and every process stop on exit.
 """
 
 import argparse
 import contextlib
+import functools
 import json
 import statistics
 import subprocess
@@ -33,7 +42,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,6 +51,7 @@ import kubernetes
 import urllib3
 import yaml
 
+import fleetscale
 from benchkit import (
     GROUP,
     PLURAL,
@@ -57,6 +67,7 @@ from benchkit import (
 CONTROLLERS = ("specfleet", "argo", "flagger")
 SETTINGS = ("documented", "tuned")
 KINDS = ("breach", "aa", "good", "outage")
+PHASES = ("rollback", "scale")
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 GOOD = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
 """The stable's drafter; canaries use the same weights under another owner, which the scenario matches."""
@@ -343,6 +354,40 @@ def ratios(results: dict[str, dict[str, Any]]) -> dict[str, float | None]:
             other = results.get(f"{peer}/{theirs}", {}).get("breach", {}).get("p95")
             out[f"specfleet {ours} / {peer} {theirs} (p95)"] = ratio(mine, other)
     return out
+
+
+SCALE_FIGURES = {
+    "all_converged_seconds": "all converged after (s)",
+    "cpu_seconds": "controller CPU until then (s)",
+    "peak_rss_mib": "controller peak RSS (MiB)",
+    "api_requests_per_object": "API requests per object",
+    "idle_writes_per_minute": "writes per minute at idle",
+    "idle_reads_per_minute": "reads per minute at idle",
+}
+
+
+def scale_table(scale: dict[str, dict[str, Any]], nodes: int) -> str:
+    """Markdown: a row per figure, a column per controller, and specfleet / peer ratios."""
+    controllers = list(scale)
+    count = next(iter(scale.values()))["objects"]
+    lines = [f"| {count} fleets each, {nodes} nodes | {' | '.join(controllers)} |",
+             "| --- |" + " --- |" * len(controllers)]  # fmt: skip
+    for key, label in SCALE_FIGURES.items():
+        lines.append(f"| {label} | {' | '.join(str(scale[c].get(key, '-')) for c in controllers)} |")
+    lines += ["", "| specfleet / peer | value |", "| --- | --- |"]
+    lines += [f"| {name} | {'-' if v is None else f'{v:.2f}'} |" for name, v in scale_ratios(scale).items()]
+    return "\n".join(lines)
+
+
+def scale_ratios(scale: dict[str, dict[str, Any]]) -> dict[str, float | None]:
+    """specfleet's figure over each peer's, for time, CPU, memory and requests."""
+    mine = scale.get("specfleet", {})
+    return {
+        f"{key} / {peer}": ratio(mine.get(key), scale[peer].get(key))
+        for peer in CONTROLLERS[1:]
+        if peer in scale
+        for key in ("all_converged_seconds", "cpu_seconds", "peak_rss_mib", "api_requests_per_object")
+    }
 
 
 def outcome_text(counts: dict[str, int]) -> str:
@@ -684,11 +729,13 @@ def peer_binaries() -> tuple[dict[str, Path], Path, Path]:
 
 
 def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
+    """One dev cluster with the peers' CRDs; the rollback phases, then fleet scale (as `--phases` asks)."""
     binaries, argo_crds, flagger_crds = peer_binaries()
     settings = tuple(args.settings)
     measured = tuple(dict.fromkeys([*settings, *(args.outage_settings or ())]))
     largest = 3 * max(args.trials + args.side_trials, args.side_trials * len(measured))
-    nodes = -(-3 * largest // 8) + 2
+    nodes = max(-(-3 * largest // 8) + 2 if "rollback" in args.phases else 0,
+                -(-2 * args.scale // 8) + 2 if "scale" in args.phases else 0)  # fmt: skip
     work = Path(tempfile.mkdtemp(prefix="specfleet-peers-"))
     print(f"logs in {work}", file=sys.stderr)
     with cluster_session(args.state_dir, nodes, keep=args.keep) as (cluster, specfleet_namespace):
@@ -699,61 +746,160 @@ def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
         subprocess.run([*kubectl, "wait", "--for=condition=Established", "crd", "--all"], check=True,
                        capture_output=True)  # fmt: skip
         api = cluster.api_client()
-        core = kubernetes.client.CoreV1Api(api)
-        suffix = specfleet_namespace.rpartition("-")[2]
-        namespaces = {"specfleet": specfleet_namespace, "argo": f"argo-{suffix}", "flagger": f"flagger-{suffix}"}
-        for ns in (namespaces["argo"], namespaces["flagger"]):
-            core.create_namespace({"metadata": {"name": ns}})
-        custom = kubernetes.client.CustomObjectsApi(api)
-        for setting in measured:
-            custom.create_namespaced_custom_object(
-                *ARGO, namespaces["argo"], "analysistemplates",
-                argo_template(namespaces["argo"], setting, cluster.prometheus_url),
-            )  # fmt: skip
-        for template in flagger_templates(namespaces["flagger"], cluster.prometheus_url):
-            custom.create_namespaced_custom_object(*FLAGGER, namespaces["flagger"], "metrictemplates", template)
-        run = Run(cluster, namespaces, {c: f"http://127.0.0.1:{free_port()}" for c in CONTROLLERS}, custom, core,
-                  kubernetes.client.AppsV1Api(api), args.load)  # fmt: skip
-        scenario_file = work / "scenario.yaml"
-        scenario_file.write_text(yaml.safe_dump(scenario(args.load, breach=False, cold=False)))
-        kubeconfig = str(cluster.kubeconfig)
-        python = [sys.executable, "-m", "specfleet.cli"]
-        sims = {
-            f"sim-{controller}": [*python, "sim", "--scenario", str(scenario_file), "--kubeconfig", kubeconfig,
-                                  "--file-sd-dir", str(cluster.file_sd_dir), "--listen",
-                                  run.sim_urls[controller].removeprefix("http://"), "--seed", "13", "--namespace",
-                                  namespaces[controller]]
-            for controller in CONTROLLERS
-        }  # fmt: skip
-        controllers = {
-            "specfleet": [*python, "run", "--namespace", namespaces["specfleet"], "--liveness", "", "--kubeconfig",
-                          kubeconfig, "--prometheus-url", cluster.prometheus_url, "--workers", "8"],
-            "argo": [str(binaries["rollouts-controller"]), "--kubeconfig", kubeconfig, "--namespaced", "--namespace",
-                     namespaces["argo"], "--leader-elect=false", "--metricsPort", str(free_port()), "--healthzPort",
-                     str(free_port()), "--loglevel", "info"],
-            "flagger": [str(binaries["flagger"]), "-kubeconfig", kubeconfig, "-namespace", namespaces["flagger"],
-                        "-mesh-provider", "kubernetes", "-metrics-server", cluster.prometheus_url, "-port",
-                        str(free_port()), "-log-level", "info"],
-        }  # fmt: skip
-        environments = {"argo": {"POD_NAMESPACE": namespaces["argo"]}}
-        done: list[Fleet] = []
-        with background(sims | controllers, work, keep=args.keep, environments=environments):
-            for url in run.sim_urls.values():
-                wait_until(f"the simulator at {url}", lambda url=url: _ready(url, "/healthz"), 180)
-            for setting in settings:
-                breach_and_good = [*fleets_of("breach", args.trials, (setting,)),
-                                   *fleets_of("good", args.side_trials, (setting,))]  # fmt: skip
-                breach_phase(run, breach_and_good, setting, args)
-                done += breach_and_good
-                checkpoint(done, measured, args.json)
-                aa = fleets_of("aa", args.trials, (setting,))
-                aa_phase(run, aa, setting)
-                done += aa
-                checkpoint(done, measured, args.json)
-            outage = fleets_of("outage", args.side_trials, tuple(args.outage_settings or settings))
-            outage_phase(run, outage, args)
-            done += outage
-        return collect(done, measured)
+        api.user_agent = fleetscale.BENCH_USER_AGENT
+        figures: dict[str, Any] = {"nodes": nodes}
+        if "rollback" in args.phases:
+            figures |= rollback_phases(args, cluster, api, binaries, specfleet_namespace, work)
+        if "scale" in args.phases:
+            figures["scale"] = scale_phase(args, cluster, api, binaries, work)
+        return figures
+
+
+def controller_command(controller: str, binaries: dict[str, Path], cluster: Any, namespace: str) -> tuple[
+    list[str], str]:  # fmt: skip
+    """How each controller runs out of cluster for one namespace, at its defaults, and the URL that answers
+    once it serves."""
+    kubeconfig = str(cluster.kubeconfig)
+    port = free_port()
+    if controller == "specfleet":
+        return [sys.executable, "-m", "specfleet.cli", "run", "--namespace", namespace, "--liveness", "",
+                "--kubeconfig", kubeconfig, "--prometheus-url", cluster.prometheus_url, "--workers", "8",
+                "--metrics-port", str(port)], f"http://127.0.0.1:{port}/metrics"  # fmt: skip
+    if controller == "argo":
+        return [str(binaries["rollouts-controller"]), "--kubeconfig", kubeconfig, "--namespaced", "--namespace",
+                namespace, "--leader-elect=false", "--metricsPort", str(free_port()), "--healthzPort", str(port),
+                "--loglevel", "info"], f"http://127.0.0.1:{port}/healthz"  # fmt: skip
+    return [str(binaries["flagger"]), "-kubeconfig", kubeconfig, "-namespace", namespace, "-mesh-provider",
+            "kubernetes", "-metrics-server", cluster.prometheus_url, "-port", str(port), "-log-level", "info"], \
+        f"http://127.0.0.1:{port}/healthz"  # fmt: skip
+
+
+def rollback_phases(args: argparse.Namespace, cluster: Any, api: Any, binaries: dict[str, Path],
+                    specfleet_namespace: str, work: Path) -> dict[str, Any]:  # fmt: skip
+    """Breach and good, A/A (per setting), then outage fleets, every controller at once with its simulator."""
+    settings = tuple(args.settings)
+    measured = tuple(dict.fromkeys([*settings, *(args.outage_settings or ())]))
+    core = kubernetes.client.CoreV1Api(api)
+    suffix = specfleet_namespace.rpartition("-")[2]
+    namespaces = {"specfleet": specfleet_namespace, "argo": f"argo-{suffix}", "flagger": f"flagger-{suffix}"}
+    for ns in (namespaces["argo"], namespaces["flagger"]):
+        core.create_namespace({"metadata": {"name": ns}})
+    custom = kubernetes.client.CustomObjectsApi(api)
+    for setting in measured:
+        custom.create_namespaced_custom_object(
+            *ARGO, namespaces["argo"], "analysistemplates",
+            argo_template(namespaces["argo"], setting, cluster.prometheus_url),
+        )  # fmt: skip
+    for template in flagger_templates(namespaces["flagger"], cluster.prometheus_url):
+        custom.create_namespaced_custom_object(*FLAGGER, namespaces["flagger"], "metrictemplates", template)
+    run = Run(cluster, namespaces, {c: f"http://127.0.0.1:{free_port()}" for c in CONTROLLERS}, custom, core,
+              kubernetes.client.AppsV1Api(api), args.load)  # fmt: skip
+    scenario_file = work / "scenario.yaml"
+    scenario_file.write_text(yaml.safe_dump(scenario(args.load, breach=False, cold=False)))
+    sims = {
+        f"sim-{controller}": [sys.executable, "-m", "specfleet.cli", "sim", "--scenario", str(scenario_file),
+                              "--kubeconfig", str(cluster.kubeconfig), "--file-sd-dir", str(cluster.file_sd_dir),
+                              "--listen", run.sim_urls[controller].removeprefix("http://"), "--seed", "13",
+                              "--namespace", namespaces[controller]]
+        for controller in CONTROLLERS
+    }  # fmt: skip
+    controllers = {c: controller_command(c, binaries, cluster, namespaces[c])[0] for c in CONTROLLERS}
+    environments = {"argo": {"POD_NAMESPACE": namespaces["argo"]}}
+    done: list[Fleet] = []
+    with background(sims | controllers, work, keep=args.keep, environments=environments):
+        for url in run.sim_urls.values():
+            wait_until(f"the simulator at {url}", lambda url=url: _ready(url, "/healthz"), 180)
+        for setting in settings:
+            breach_and_good = [*fleets_of("breach", args.trials, (setting,)),
+                               *fleets_of("good", args.side_trials, (setting,))]  # fmt: skip
+            breach_phase(run, breach_and_good, setting, args)
+            done += breach_and_good
+            checkpoint(done, measured, args.json)
+            aa = fleets_of("aa", args.trials, (setting,))
+            aa_phase(run, aa, setting)
+            done += aa
+            checkpoint(done, measured, args.json)
+        outage = fleets_of("outage", args.side_trials, tuple(args.outage_settings or settings))
+        outage_phase(run, outage, args)
+        done += outage
+    return collect(done, measured)
+
+
+def scale_phase(args: argparse.Namespace, cluster: Any, api: Any, binaries: dict[str, Path], work: Path) -> dict[
+    str, Any]:  # fmt: skip
+    """`--scale` fleets of each controller, one controller at a time (see fleetscale.py)."""
+    figures = {}
+    for controller in CONTROLLERS:
+        namespace = f"scale-{controller}-{free_port()}"
+        command, ready_url = controller_command(controller, binaries, cluster, namespace)
+        serving = functools.partial(serve, controller, command, ready_url, {"POD_NAMESPACE": namespace}, work)
+        say(f"scale: {args.scale} {controller} fleets")
+        figures[controller] = fleetscale.measure(
+            SCALE_CONTENDERS[controller](cluster.prometheus_url), args.scale, api, namespace, serving,
+            cluster.state_dir / "logs" / "audit.log", args.idle, timeout=1800,
+        )  # fmt: skip
+        say(f"scale: {controller}: {json.dumps(figures[controller])}")
+    return figures
+
+
+@contextlib.contextmanager
+def serve(controller: str, command: list[str], ready_url: str, environment: dict[str, str], work: Path) -> Iterator[
+    int]:  # fmt: skip
+    """Run one controller until the block ends; yields its pid once `ready_url` answers."""
+    with background({controller: command}, work, environments={controller: environment}) as [process]:
+        wait_until(f"{controller} serving {ready_url}", lambda: _ready(ready_url, ""), 120)
+        yield process.pid
+
+
+def scale_contenders() -> dict[str, Callable[[str], fleetscale.Contender]]:
+    """Each controller's fleet for the scale phase: one replica of the good EAGLE-3 config, a stable only."""
+
+    def specfleet(prometheus_url: str) -> fleetscale.Contender:
+        def create(api: Any, namespace: str, name: str) -> None:
+            body = specfleet_fleet(name, "scale", "tuned", GOOD)
+            retried(kubernetes.client.CustomObjectsApi(api).create_namespaced_custom_object, GROUP, VERSION,
+                    namespace, PLURAL, body)  # fmt: skip
+
+        return fleetscale.Contender("specfleet", (GROUP, VERSION, PLURAL), create, lambda api, ns: None,
+                                    lambda obj: settled("specfleet", obj))  # fmt: skip
+
+    def argo(prometheus_url: str) -> fleetscale.Contender:
+        def prepare(api: Any, namespace: str) -> None:
+            template = argo_template(namespace, "tuned", prometheus_url)
+            kubernetes.client.CustomObjectsApi(api).create_namespaced_custom_object(
+                *ARGO, namespace, "analysistemplates", template
+            )
+
+        def create(api: Any, namespace: str, name: str) -> None:
+            rollout = argo_rollout(name, "scale", "tuned", GOOD)
+            rollout["spec"]["replicas"] = 1
+            service = {"metadata": {"name": name}, "spec": {"selector": {"app": name}, "ports": [{"port": 8000}]}}
+            retried(kubernetes.client.CustomObjectsApi(api).create_namespaced_custom_object, *ARGO, namespace,
+                    "rollouts", rollout)  # fmt: skip
+            retried(kubernetes.client.CoreV1Api(api).create_namespaced_service, namespace, service)
+
+        return fleetscale.Contender("argo", (*ARGO, "rollouts"), create, prepare, lambda obj: settled("argo", obj))
+
+    def flagger(prometheus_url: str) -> fleetscale.Contender:
+        def prepare(api: Any, namespace: str) -> None:
+            for template in flagger_templates(namespace, prometheus_url):
+                kubernetes.client.CustomObjectsApi(api).create_namespaced_custom_object(
+                    *FLAGGER, namespace, "metrictemplates", template
+                )
+
+        def create(api: Any, namespace: str, name: str) -> None:
+            retried(kubernetes.client.AppsV1Api(api).create_namespaced_deployment, namespace,
+                    flagger_deployment(name, GOOD))  # fmt: skip
+            retried(kubernetes.client.CustomObjectsApi(api).create_namespaced_custom_object, *FLAGGER, namespace,
+                    "canaries", flagger_canary(name, "scale", "tuned"))  # fmt: skip
+
+        return fleetscale.Contender("flagger", (*FLAGGER, "canaries"), create, prepare,
+                                    lambda obj: settled("flagger", obj))  # fmt: skip
+
+    return {"specfleet": specfleet, "argo": argo, "flagger": flagger}
+
+
+SCALE_CONTENDERS = scale_contenders()
 
 
 def breach_phase(run: Run, fleets: list[Fleet], setting: str, args: argparse.Namespace) -> None:
@@ -874,6 +1020,10 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="leave the cluster and the processes running")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here after each phase")
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "peers-rollback.png")
+    phases = "rollback: breach, good, A/A, outage fleets; scale: --scale fleets per controller"
+    parser.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES), help=phases)
+    parser.add_argument("--scale", type=int, default=1000, help="fleets per controller in the scale phase")
+    parser.add_argument("--idle", type=float, default=300.0, help="seconds the scale phase counts idle writes")
     args = parser.parse_args()
     if args.quick:
         args.trials, args.side_trials, args.settings, args.observe = 3, 1, ["tuned"], 600.0
@@ -887,9 +1037,14 @@ def main() -> None:
         "setups": {f"{c}/{s}": vars(SETUPS[c, s]) for c in CONTROLLERS for s in SETTINGS},
         "minutes": round((time.monotonic() - started) / 60, 1),
     }
-    print(table(figures["results"]))
-    print(json.dumps({"settings": settings, **figures, "ratios": ratios(figures["results"])}, indent=2))
-    plot(figures["results"], figures["times"], args.plot)
+    if "results" in figures:
+        print(table(figures["results"]))
+        figures["ratios"] = ratios(figures["results"])
+        plot(figures["results"], figures["times"], args.plot)
+    if "scale" in figures:
+        print(scale_table(figures["scale"], figures["nodes"]))
+        figures["scale_ratios"] = scale_ratios(figures["scale"])
+    print(json.dumps({"settings": settings, **figures}, indent=2))
 
 
 if __name__ == "__main__":

@@ -54,6 +54,22 @@ def test_controller_manager_runs_all_controllers_with_token_signing() -> None:
     assert flags["kubeconfig"] == "/state/kubeconfigs/controller-manager.kubeconfig"
 
 
+def test_the_control_plane_does_not_throttle_itself_below_fleet_scale() -> None:
+    for command in (config.controller_manager_command, config.scheduler_command):
+        flags = _flags(command(BIN, LAYOUT, PORTS))
+        assert float(flags["kube-api-qps"]) >= 200 and int(flags["kube-api-burst"]) >= 400
+
+
+def test_the_api_server_audits_the_admin_user_only_one_event_per_request() -> None:
+    flags = _flags(config.apiserver_command(BIN, LAYOUT, PORTS))
+    assert flags["audit-policy-file"] == "/state/audit-policy.yaml"
+    assert flags["audit-log-path"] == "/state/logs/audit.log" and flags["audit-log-format"] == "json"
+    policy = yaml.safe_load(config.render_audit_policy())
+    assert policy["kind"] == "Policy"
+    assert set(policy["omitStages"]) == {"ResponseStarted", "ResponseComplete", "Panic"}  # RequestReceived only
+    assert policy["rules"] == [{"level": "Metadata", "users": [config.ADMIN_USER]}, {"level": "None"}]
+
+
 def test_kwok_only_manages_annotated_nodes() -> None:
     flags = _flags(config.kwok_command(BIN, LAYOUT, PORTS))
     assert flags["manage-all-nodes"] == "false"

@@ -147,3 +147,37 @@ def test_table_has_a_row_per_controller_and_setting_then_the_ratios() -> None:
 def test_outcomes_read_from_each_controllers_status(controller: str, status: dict, expected: str) -> None:
     fleet = peers.Fleet(controller, "tuned", "good", "g", initial="old")
     assert peers.outcome(fleet, {"status": status}) == expected
+
+
+def test_the_scale_table_puts_figures_side_by_side_with_specfleets_ratios() -> None:
+    figures = {"objects": 10, "all_converged_seconds": 20.0, "cpu_seconds": 4.0, "peak_rss_mib": 100.0,
+               "api_requests_per_object": 5.0, "idle_writes_per_minute": 0.0, "idle_reads_per_minute": 0.0}  # fmt: skip
+    scale = {"specfleet": figures, "argo": {**figures, "all_converged_seconds": 40.0, "api_requests_per_object": 0}}
+    ratios = peers.scale_ratios(scale)
+    assert ratios["all_converged_seconds / argo"] == 0.5 and ratios["cpu_seconds / argo"] == 1.0
+    assert ratios["api_requests_per_object / argo"] is None  # no ratio over zero
+    assert not any("flagger" in name for name in ratios)  # a controller not measured has no ratio
+    table = peers.scale_table(scale, nodes=4)
+    assert table.splitlines()[0] == "| 10 fleets each, 4 nodes | specfleet | argo |"
+    assert "| all converged after (s) | 20.0 | 40.0 |" in table
+
+
+def test_fleetscale_reads_whole_audit_events_after_an_offset_and_leaves_out_its_own(tmp_path: Path) -> None:
+    import fleetscale
+
+    log = tmp_path / "audit.log"
+    lines = [
+        '{"verb": "create", "userAgent": "kopf/1.45.2"}',
+        '{"verb": "get", "userAgent": "specfleet-bench"}',
+        '{"verb": "patch", "userAgent": "rollouts-controller/v1.10.1 (linux/amd64)"}',
+    ]
+    log.write_text("\n".join(lines) + '\n{"verb": "partial')
+    events, offset = fleetscale.audit_events(log, 0)
+    assert [e["verb"] for e in events] == ["create", "get", "patch"]  # the partial last line waits
+    assert [e["verb"] for e in fleetscale.controller_requests(events)] == ["create", "patch"]
+    with log.open("a") as handle:
+        handle.write('", "userAgent": "flagger/v1"}\n')
+    later, _ = fleetscale.audit_events(log, offset)
+    assert later == [{"verb": "partial", "userAgent": "flagger/v1"}]
+    log.write_text(lines[0] + "\n")  # rotated: shorter than the offset, read from its start
+    assert fleetscale.audit_events(log, offset)[0] == [{"verb": "create", "userAgent": "kopf/1.45.2"}]

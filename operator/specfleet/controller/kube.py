@@ -15,11 +15,13 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ForbiddenError, NotFoundError, ResourceNotFoundError
 from kubernetes.dynamic.resource import Resource
 
+from specfleet import __version__
 from specfleet.api.resource import API_VERSION, KIND
 from specfleet.api.vocabulary import FIELD_MANAGER
 from specfleet.controller.metrics import API_REQUESTS
 
 Manifest = dict[str, Any]
+USER_AGENT = f"specfleet/{__version__}"
 
 
 class SecretError(Exception):
@@ -27,15 +29,24 @@ class SecretError(Exception):
 
 
 def load_config(kubeconfig: str | None = None) -> client.ApiClient:
-    """In-cluster credentials when running in a pod, else the kubeconfig (KUBECONFIG or ~/.kube/config)."""
+    """In-cluster credentials when running in a pod, else the kubeconfig (KUBECONFIG or ~/.kube/config).
+
+    Its requests say `specfleet/<version>` (kopf's own say `kopf/<version>`), so an API server's audit log
+    and flow-control metrics tell the operator apart from other clients of the same identity.
+    """
     if kubeconfig is None:
         try:
             config.load_incluster_config()
-            return client.ApiClient()
+            return _identified(client.ApiClient())
         except config.ConfigException:
             pass
     config.load_kube_config(config_file=kubeconfig)
-    return client.ApiClient()
+    return _identified(client.ApiClient())
+
+
+def _identified(api_client: client.ApiClient) -> client.ApiClient:
+    api_client.user_agent = USER_AGENT
+    return api_client
 
 
 def connection_info(api_client: client.ApiClient) -> dict[str, Any]:

@@ -293,7 +293,7 @@ def _write_kubeconfigs(layout: Layout, ports: Ports) -> None:
             (pki / f"{certificate}.key").read_bytes(), user,
         )  # fmt: skip
 
-    layout.kubeconfig.write_text(render("admin", "specfleet-dev-admin"))
+    layout.kubeconfig.write_text(render("admin", config.ADMIN_USER))
     layout.kubeconfig.chmod(0o600)
     for component in ("controller-manager", "scheduler", "kwok"):
         path = layout.component_kubeconfig(component)
@@ -310,6 +310,7 @@ def _write_configs(
     layout.kwok_config.write_text(config.render_kwok_config(stages, pod_ready_delay_ms))
     layout.file_sd_dir.mkdir(parents=True, exist_ok=True)
     layout.prometheus_config.write_text(config.render_prometheus_config(layout, ports, scrape_interval))
+    layout.audit_policy.write_text(config.render_audit_policy())
 
 
 def _ensure_nodes(api: kubernetes.client.ApiClient, pool: NodePool) -> tuple[str, ...]:

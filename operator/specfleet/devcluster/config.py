@@ -18,6 +18,12 @@ SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
 KUBERNETES_SERVICE_IP = "10.96.0.1"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 CLUSTER_NAME = "specfleet-dev"
+ADMIN_USER = "specfleet-dev-admin"
+"""The identity of the admin kubeconfig: tests, benchmarks and controllers run out of cluster use it."""
+CONTROL_PLANE_CLIENT_QPS = 500
+"""kube-controller-manager's and kube-scheduler's own API rate limit (defaults 20 and 50 QPS). A production
+control plane keeps its defaults to protect a shared API server; here they would be the bottleneck of a
+fleet-scale benchmark (1,000 Deployments, ReplicaSets and pods at once), not the controllers it measures."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,14 @@ class Layout:
     def file_sd_dir(self) -> Path:
         return self.prometheus_dir / "file_sd"
 
+    @property
+    def audit_policy(self) -> Path:
+        return self.state_dir / "audit-policy.yaml"
+
+    @property
+    def audit_log(self) -> Path:
+        return self.state_dir / "logs" / "audit.log"
+
     def component_kubeconfig(self, component: str) -> Path:
         return self.state_dir / "kubeconfigs" / f"{component}.kubeconfig"
 
@@ -168,6 +182,9 @@ def apiserver_command(binary: Path, layout: Layout, ports: Ports) -> list[str]:
 
     `--endpoint-reconciler-type=none`: the `kubernetes` Service would otherwise get 127.0.0.1 as endpoint,
     which Endpoints validation rejects (loopback), filling the log; nothing in the cluster dials it.
+
+    The audit log records every request of the admin user (see `render_audit_policy`): which client sent
+    what, by its User-Agent, so a benchmark counts each controller's requests as the API server saw them.
     """
     pki = layout.pki
     return [
@@ -192,6 +209,11 @@ def apiserver_command(binary: Path, layout: Layout, ports: Ports) -> list[str]:
         f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
         f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
         "--endpoint-reconciler-type=none",
+        f"--audit-policy-file={layout.audit_policy}",
+        f"--audit-log-path={layout.audit_log}",
+        "--audit-log-format=json",
+        "--audit-log-maxsize=200",
+        "--audit-log-maxbackup=1",
         "--allow-privileged=true",
         "--profiling=false",
     ]
@@ -217,6 +239,8 @@ def controller_manager_command(binary: Path, layout: Layout, ports: Ports) -> li
         f"--cluster-signing-key-file={pki / 'ca.key'}",
         f"--cluster-name={CLUSTER_NAME}",
         f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+        f"--kube-api-qps={CONTROL_PLANE_CLIENT_QPS}",
+        f"--kube-api-burst={2 * CONTROL_PLANE_CLIENT_QPS}",
         "--leader-elect=false",
         "--profiling=false",
     ]
@@ -232,6 +256,8 @@ def scheduler_command(binary: Path, layout: Layout, ports: Ports) -> list[str]:
         f"--authorization-kubeconfig={kubeconfig}",
         f"--bind-address={LOOPBACK}",
         f"--secure-port={ports.scheduler}",
+        f"--kube-api-qps={CONTROL_PLANE_CLIENT_QPS}",
+        f"--kube-api-burst={2 * CONTROL_PLANE_CLIENT_QPS}",
         "--leader-elect=false",
         "--profiling=false",
     ]
@@ -291,6 +317,21 @@ def render_prometheus_config(layout: Layout, ports: Ports, scrape_interval: str)
         ],
     }
     return yaml.safe_dump(config, sort_keys=False)
+
+
+def render_audit_policy() -> str:
+    """Requests of the admin user, one event each when received (verb, resource, User-Agent); nothing else.
+
+    The control plane's own components (their own identities) and ServiceAccounts are left out: they make
+    most requests, and no test or benchmark asks about them.
+    """
+    policy = {
+        "apiVersion": "audit.k8s.io/v1",
+        "kind": "Policy",
+        "omitStages": ["ResponseStarted", "ResponseComplete", "Panic"],
+        "rules": [{"level": "Metadata", "users": [ADMIN_USER]}, {"level": "None"}],
+    }
+    return yaml.safe_dump(policy, sort_keys=False)
 
 
 def render_kwok_config(stage_documents: list[dict[str, Any]], pod_ready_delay_ms: int) -> str:

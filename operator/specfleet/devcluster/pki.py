@@ -12,6 +12,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specfleet.devcluster.config import ADMIN_USER
+
 EC_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1")
 """P-256 keys: generated in milliseconds, accepted by every Kubernetes component."""
 
@@ -49,7 +51,7 @@ def dev_certificates(service_ip: str) -> tuple[Certificate, ...]:
             ),
             ip_addresses=("127.0.0.1", service_ip),
         ),
-        Certificate("admin", "specfleet-dev-admin", "system:masters"),
+        Certificate("admin", ADMIN_USER, "system:masters"),
         Certificate("controller-manager", "system:kube-controller-manager"),
         Certificate("scheduler", "system:kube-scheduler"),
         Certificate("kwok", "kwok-controller", "system:masters"),
