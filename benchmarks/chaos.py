@@ -2,7 +2,9 @@
 
 A dev cluster of its own, the real Prometheus, the simulator, and two operator replicas with leader
 election. Canaries run in waves (`--parallel` at a time), one per fleet; each fleet is created on a
-plain stable config and changed once. What each kind has, and its undisturbed outcome:
+plain stable config and changed once. Every other fleet splits its traffic with an HTTPRoute of its own
+(Gateway API's CRD is installed; no gateway controller), the others by replicas behind one Service.
+What each kind has, and its undisturbed outcome:
 
     good        EAGLE-3 drafter, alpha 0.8, k 4                  -> Promoted
     bad         a drafter with alpha 0.3                         -> RolledBack
@@ -12,16 +14,18 @@ plain stable config and changed once. What each kind has, and its undisturbed ou
 
 Faults, one every `--fault-every` seconds on average: SIGKILL of the operator's leader or of its standby
 (restarted a moment later), Prometheus stopped (SIGSTOP) for 30 s-3 min, the API server or etcd
-restarted (`--component-restarts`), a child edited or deleted by hand, a second writer annotating a
-fleet in a tight loop (409s for the operator), a node holding a canary pod deleted (put back later), the
-scrapes of one fleet's canary, stable or both broken for 30 s-3 min (its pods' /metrics answer HTTP 500s
-or an HTML page: the simulator's `scrape_faults`). The fault policy: `onProviderError` and `onNoData` act
-after 5 and 10 minutes, longer than any outage, so a good canary is held while its evidence is missing,
-never rolled back.
+restarted (`--component-restarts`), a child edited or deleted by hand (the stable Deployment scaled,
+the fleet Service or the canary Deployment deleted, the HTTPRoute's weights sent to the canary), a second
+writer annotating a fleet in a tight loop (409s for the operator), a node holding a canary pod deleted
+(put back later), the scrapes of one fleet's canary, stable or both broken for 30 s-3 min (its pods'
+/metrics answer HTTP 500s or an HTML page: the simulator's `scrape_faults`). The fault policy:
+`onProviderError` and `onNoData` act after 5 and 10 minutes, longer than any outage, so a good canary is
+held while its evidence is missing, never rolled back.
 
 When a canary ends, an invariant checker reads the cluster: outcome as undisturbed, one history entry
 per canary, a promotion only on "all steps passed", exactly one stable Deployment at the stable revision
-with `replicas` (hand edits reverted), the Service selecting it, no canary child left, no orphan.
+with `replicas` (hand edits reverted), the Service selecting it, the HTTPRoute sending everything to the
+stable track's Service, no canary child left, no orphan.
 
     python benchmarks/chaos.py --canaries 100          # ~30 min on 2 cores
     python benchmarks/chaos.py --quick                 # one canary of each kind, ~5 min
@@ -53,6 +57,8 @@ import kubernetes
 import urllib3
 import yaml
 
+from specfleet.devcluster.gateway import install_httproute_crd
+
 from benchkit import GROUP, PLURAL, VERSION, cluster_session, free_port, one_replica_fleet
 
 EXPECTED = {
@@ -78,6 +84,7 @@ ROLLOUT: dict[str, Any] = {
     "progressDeadline": "2m",
 }
 LEASE = "specfleet-chaos"
+HTTPROUTE = ("gateway.networking.k8s.io", "v1")
 API_TROUBLE = (kubernetes.client.ApiException, urllib3.exceptions.HTTPError, OSError)
 """What a call to an API server that is restarting (or to one that refuses the call) raises: try again later."""
 FAULTS = (
@@ -157,13 +164,28 @@ def initial_fleet(canary: "Canary") -> dict[str, Any]:
     rollout = ROLLOUT
     if canary.kind == "turns-bad":
         rollout = {**ROLLOUT, "steps": [{"weight": 50, "pause": {"duration": "3m"}}]}
+    if canary.routed:
+        rollout = {**rollout, "trafficRouting": {"httpRoute": {"name": canary.name}}}
     return one_replica_fleet(canary.name, PLAIN, rollout=rollout, engine={"tensorParallelSize": 1})
+
+
+def route(name: str, weights: dict[str, int] | None = None) -> dict[str, Any]:
+    """The user's HTTPRoute of a routed fleet: its stable track's Service, or the backends and weights given."""
+    refs = [{"name": backend, "port": 8000, "weight": weight} for backend, weight in (weights or {}).items()]
+    return {
+        "apiVersion": "/".join(HTTPROUTE),
+        "kind": "HTTPRoute",
+        "metadata": {"name": name},
+        "spec": {"rules": [{"backendRefs": refs or [{"name": f"{name}-stable", "port": 8000}]}]},
+    }
 
 
 @dataclass
 class Canary:
     name: str
     kind: str
+    routed: bool = False
+    """Traffic split by an HTTPRoute named after the fleet, not by replicas behind the fleet Service."""
     state: str = "creating"
     revision: str | None = None
     started: float = 0.0
@@ -171,8 +193,15 @@ class Canary:
     violations: list[str] = field(default_factory=list)
 
 
-def check_invariants(canary: Canary, obj: dict[str, Any], deployments: list[Any], services: list[Any]) -> list[str]:
-    """What must hold once a canary has ended (pure over what was read from the cluster)."""
+def check_invariants(
+    canary: Canary,
+    obj: dict[str, Any],
+    deployments: list[Any],
+    services: list[Any],
+    route: dict[str, Any] | None = None,
+) -> list[str]:
+    """What must hold once a canary has ended (pure over what was read from the cluster; `route` is the
+    routed fleet's HTTPRoute)."""
     status, spec, problems = obj.get("status") or {}, obj["spec"], []
     history = status.get("history") or []
     mine = [h for h in history if h["revision"] == canary.revision]
@@ -196,8 +225,16 @@ def check_invariants(canary: Canary, obj: dict[str, Any], deployments: list[Any]
     fleet_service = [s for s in services if s.metadata.name == canary.name]
     if len(fleet_service) != 1 or (fleet_service[0].spec.selector or {}).get("specfleet.io/track") != "stable":
         problems.append("the fleet Service does not select the stable track alone")
-    if any(s.metadata.name != canary.name for s in services):
-        problems.append(f"other Services left: {[s.metadata.name for s in services if s.metadata.name != canary.name]}")
+    expected = {canary.name, f"{canary.name}-stable"} if canary.routed else {canary.name}
+    if any(s.metadata.name not in expected for s in services):
+        problems.append(
+            f"other Services left: {[s.metadata.name for s in services if s.metadata.name not in expected]}"
+        )
+    if canary.routed:
+        refs = [r for rule in (route or {}).get("spec", {}).get("rules") or [] for r in rule.get("backendRefs") or []]
+        weights = {r["name"]: r.get("weight", 1) for r in refs}
+        if weights != {f"{canary.name}-stable": 100}:
+            problems.append(f"the HTTPRoute does not send everything to the stable track: {weights or route}")
     return problems
 
 
@@ -346,12 +383,17 @@ class Injector:
         if not live:
             raise RuntimeError("no fleet to edit")
         canary = self.random.choice(live)
-        what = self.random.choice(["scale-stable", "delete-service", "delete-canary"])
+        edits = ["scale-stable", "delete-service", "delete-canary"] + (["route-to-canary"] if canary.routed else [])
+        what = self.random.choice(edits)
         if what == "scale-stable":
             body = {"spec": {"replicas": 3}}
             self.apps.patch_namespaced_deployment(f"{canary.name}-stable", self.namespace, body)
         elif what == "delete-service":
             self.core.delete_namespaced_service(canary.name, self.namespace)
+        elif what == "route-to-canary":
+            weights = {f"{canary.name}-stable": 0, f"{canary.name}-canary": 100}
+            body = {"spec": route(canary.name, weights)["spec"]}
+            self.custom.patch_namespaced_custom_object(*HTTPROUTE, self.namespace, "httproutes", canary.name, body)
         else:
             self.apps.delete_namespaced_deployment(f"{canary.name}-canary", self.namespace)
         self.edits[what] += 1
@@ -447,7 +489,8 @@ def play(args: argparse.Namespace, cluster: Any, namespace: str, work: Path) -> 
                           kubernetes.client.AppsV1Api(api))  # fmt: skip
     kinds = list(EXPECTED) if args.quick else [list(EXPECTED)[i % len(EXPECTED)] for i in range(args.canaries)]
     random.Random(args.seed).shuffle(kinds)
-    canaries = [Canary(f"c{i:03d}-{kind}", kind) for i, kind in enumerate(kinds)]
+    canaries = [Canary(f"c{i:03d}-{kind}", kind, routed=i % 2 == 1) for i, kind in enumerate(kinds)]
+    install_httproute_crd(cluster)
     scenario_file = work / "scenario.yaml"
     sim_url = f"http://127.0.0.1:{free_port()}"
     world = World(sim_url, scenario_file)
@@ -514,6 +557,9 @@ def drive(args: argparse.Namespace, canaries: list[Canary], custom: Any, core: A
         for c in canaries:
             if c.state == "creating" and len(active) < args.parallel:
                 with contextlib.suppress(*API_TROUBLE):
+                    if c.routed:
+                        created(custom.create_namespaced_custom_object, *HTTPROUTE, namespace, "httproutes",
+                                route(c.name))  # fmt: skip
                     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, initial_fleet(c))
                     c.state, c.started = "starting", time.monotonic()
                     active.append(c)
@@ -546,14 +592,27 @@ def drive(args: argparse.Namespace, canaries: list[Canary], custom: Any, core: A
                 try:
                     deployments = apps.list_namespaced_deployment(namespace, label_selector=selector).items
                     services = core.list_namespaced_service(namespace, label_selector=selector).items
+                    routed = c.routed and custom.get_namespaced_custom_object(*HTTPROUTE, namespace, "httproutes",
+                                                                              c.name)  # fmt: skip
                 except API_TROUBLE:
                     continue
-                c.violations = check_invariants(c, obj, deployments, services)
+                c.violations = check_invariants(c, obj, deployments, services, routed or None)
                 with contextlib.suppress(*API_TROUBLE):
                     custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, c.name)
+                    if c.routed:
+                        custom.delete_namespaced_custom_object(*HTTPROUTE, namespace, "httproutes", c.name)
                 c.state = "done"
                 print(f"{c.name}: {c.outcome} {'OK' if not c.violations else c.violations}", file=sys.stderr)
         time.sleep(1)
+
+
+def created(create: Callable[..., Any], *args: Any) -> None:
+    """A create that may have been made already by an attempt whose answer was lost (409 is success)."""
+    try:
+        create(*args)
+    except kubernetes.client.ApiException as error:
+        if error.status != 409:
+            raise
 
 
 def judged(status: dict[str, Any], canary: Canary) -> bool:

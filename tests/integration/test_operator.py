@@ -4,18 +4,16 @@ Each test gets its own namespace and its own operator process watching only that
 can kill and restart "the operator" without touching the others. Waits poll with a deadline.
 """
 
-import json
-import os
 import random
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
 from specfleet.devcluster.cluster import ClusterInfo
+from specfleet.devcluster.gateway import install_httproute_crd
 
 from fleetkit import Fleet, Operator, healthy, sdep, wait_for
 
@@ -169,37 +167,9 @@ def test_objects_it_did_not_create_are_left_alone(operator: Operator, fleet: Fle
     assert service.spec.selector == {"app": "other"} and not service.metadata.owner_references
 
 
-GATEWAY_API = "sigs.k8s.io/gateway-api@v1.6.3"  # v1.7 needs go 1.27
-
-
 @pytest.fixture(scope="session")
 def httproute_crd(dev_cluster: ClusterInfo) -> None:
-    """Gateway API's HTTPRoute CRD, read from the Go module (the module proxy is where Go projects get it)."""
-    with tempfile.TemporaryDirectory() as workdir:
-        download = subprocess.run(
-            ["go", "mod", "download", "-json", GATEWAY_API],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=workdir,
-            check=True,
-            env={**os.environ, "GOFLAGS": "-mod=mod"},
-        )
-    crd = Path(json.loads(download.stdout)["Dir"]) / "config/crd/standard/gateway.networking.k8s.io_httproutes.yaml"
-    kubectl = [str(dev_cluster.kubectl), "--kubeconfig", str(dev_cluster.kubeconfig)]
-    subprocess.run([*kubectl, "apply", "--server-side", "-f", str(crd)], check=True, capture_output=True, timeout=60)
-    established = "jsonpath={.status.conditions[?(@.type=='Established')].status}"
-
-    def is_established() -> bool:  # `kubectl wait` errors out while .status.conditions is still null
-        got = subprocess.run(
-            [*kubectl, "get", "crd/httproutes.gateway.networking.k8s.io", "-o", established],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        return got.stdout.strip() == "True"
-
-    wait_for("the HTTPRoute CRD to be Established", is_established, timeout=90)
+    install_httproute_crd(dev_cluster)
 
 
 def backend_weights(fleet: Fleet) -> dict[str, int]:

@@ -69,3 +69,32 @@ def test_an_outcome_recorded_twice_is_named() -> None:
     obj["status"]["history"] *= 2
     problems = chaos.check_invariants(chaos.Canary("c1", "bad", revision="new"), obj, *IN_ORDER)
     assert "2 history entries for canary new" in problems
+
+
+ROUTED_SERVICES = [service("c1"), service("c1-stable")]
+
+
+def test_a_routed_fleet_in_order_passes_with_its_stable_track_service_and_route() -> None:
+    canary = chaos.Canary("c1", "good", routed=True, revision="new")
+    route = chaos.route("c1", {"c1-stable": 100})
+    assert chaos.check_invariants(canary, ended("Promoted"), IN_ORDER[0], ROUTED_SERVICES, route) == []
+
+
+@pytest.mark.parametrize(
+    ("route", "expected"),
+    [
+        (chaos.route("c1", {"c1-stable": 0, "c1-canary": 100}), "does not send everything to the stable track"),
+        (chaos.route("c1", {"c1-stable": 70, "c1-canary": 30}), "does not send everything to the stable track"),
+        (None, "does not send everything to the stable track"),
+    ],
+)
+def test_a_route_left_pointing_at_the_canary_is_named(route: dict | None, expected: str) -> None:
+    canary = chaos.Canary("c1", "good", routed=True, revision="new")
+    problems = chaos.check_invariants(canary, ended("Promoted"), IN_ORDER[0], ROUTED_SERVICES, route)
+    assert any(expected in p for p in problems), problems
+
+
+def test_an_unrouted_fleet_keeps_no_track_service() -> None:
+    problems = chaos.check_invariants(chaos.Canary("c1", "good", revision="new"), ended("Promoted"), IN_ORDER[0],
+                                      ROUTED_SERVICES)  # fmt: skip
+    assert any("other Services left: ['c1-stable']" in p for p in problems), problems
