@@ -21,7 +21,7 @@ from specfleet.devcluster.paths import cache_root, default_state_dir
 from specfleet.realvllm import install
 from specfleet.realvllm.models import ensure_models
 
-from fleetkit import Fleet, Operator
+from fleetkit import Fleet, Operator, Simulator
 
 
 @pytest.fixture(scope="session")
@@ -105,3 +105,10 @@ def vllm_home() -> install.VllmHome:
     home = install.ensure()
     ensure_models(home)
     return home
+
+
+@pytest.fixture
+def simulator(dev_cluster: ClusterInfo, namespace: str, tmp_path: Path) -> Iterator[Simulator]:
+    running = Simulator(dev_cluster, namespace, tmp_path)
+    yield running
+    running.stop()

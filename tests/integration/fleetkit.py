@@ -1,9 +1,12 @@
-"""Helpers for integration tests that run the operator: a process wrapper, API shortcuts, manifests."""
+"""Helpers for integration tests that run the operator: process wrappers (the operator, the vLLM fleet
+simulator), API shortcuts, manifests and the canary scenario the analysis tests share."""
 
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -139,3 +142,70 @@ def sdep(name: str = "llama", replicas: int = 2, steps: list[dict[str, Any]] | N
 def healthy(fleet: Fleet, name: str = "llama", **kwargs: Any) -> dict[str, Any]:
     fleet.apply(sdep(name, **kwargs))
     return wait_for(f"{name} Healthy", fleet.phase_is(name, "Healthy"))
+
+
+GOOD_DRAFTER = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+SCENARIO: dict[str, Any] = {
+    "defaults": {"acceptance": 0.8, "load": 15.0, "output_tokens": 128, "noise": 0.05},
+    "pairs": [{"target": "*", "drafter": "bad/*", "acceptance": 0.3}],
+}
+ROLLOUT: dict[str, Any] = {
+    "steps": [{"weight": 50, "pause": {"duration": "1s"}}],
+    "analysis": {
+        "interval": "5s",
+        "window": "45s",
+        "onNoData": {"after": "5m", "action": "Rollback"},
+        "onProviderError": {"after": "20s", "action": "Rollback"},
+    },
+    "guardrails": {"minDraftTokens": 200},
+    "progressDeadline": "2m",
+}
+PLAIN = {"method": "none"}
+EAGLE3_K5 = {"method": "eagle3", "model": GOOD_DRAFTER, "revision": "main", "numSpeculativeTokens": 5}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Simulator:
+    """`specfleet sim` as a child process for one namespace, with its control endpoint."""
+
+    def __init__(self, cluster: ClusterInfo, namespace: str, workdir: Path) -> None:
+        self.url = f"http://127.0.0.1:{free_port()}"
+        scenario = workdir / "scenario.yaml"
+        scenario.write_text(yaml.safe_dump(SCENARIO))
+        command = [
+            sys.executable, "-m", "specfleet.cli", "sim", "--scenario", str(scenario),
+            "--kubeconfig", str(cluster.kubeconfig), "--file-sd-dir", str(cluster.file_sd_dir),
+            "--namespace", namespace, "--listen", self.url.removeprefix("http://"), "--seed", "7",
+        ]  # fmt: skip
+        self.log = (workdir / "sim.log").open("wb")
+        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
+        wait_for("the simulator to listen", self._answers, timeout=30)
+
+    def _answers(self) -> bool:
+        try:
+            return urllib.request.urlopen(f"{self.url}/scenario", timeout=2).status == 200
+        except OSError:
+            return False
+
+    def put(self, scenario: dict[str, Any]) -> None:
+        body = yaml.safe_dump(scenario).encode()
+        request = urllib.request.Request(f"{self.url}/scenario", data=body, method="PUT")
+        assert urllib.request.urlopen(request, timeout=5).status in (200, 204)
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+        self.log.close()
+
+
+def start_canary(fleet: Fleet, canary: dict[str, Any], stable: dict[str, Any] | None = None) -> str:
+    """A Healthy fleet serving `stable`'s speculative config, then changed to `canary`'s; the canary revision."""
+    fleet.apply(sdep(rollout=ROLLOUT, speculative=stable or EAGLE3_K5))
+    old = wait_for("Healthy", fleet.phase_is("llama", "Healthy"), timeout=90)["stableRevision"]
+    fleet.patch_spec("llama", {"speculative": canary})
+    return wait_for("a canary", lambda: (c := fleet.status("llama").get("canaryRevision")) != old and c)

@@ -7,12 +7,9 @@ number Prometheus should show; a test changes it at run time through its control
 """
 
 import json
-import socket
 import subprocess
-import sys
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,82 +19,21 @@ import yaml
 from specfleet.devcluster.binaries import find_prometheus
 from specfleet.devcluster.cluster import ClusterInfo
 
-from fleetkit import Fleet, Operator, sdep, wait_for
+from fleetkit import (
+    EAGLE3_K5,
+    PLAIN,
+    ROLLOUT,
+    SCENARIO,
+    Fleet,
+    Operator,
+    Simulator,
+    free_port,
+    sdep,
+    start_canary,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
-
-GOOD_DRAFTER = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
-SCENARIO: dict[str, Any] = {
-    "defaults": {"acceptance": 0.8, "load": 15.0, "output_tokens": 128, "noise": 0.05},
-    "pairs": [{"target": "*", "drafter": "bad/*", "acceptance": 0.3}],
-}
-ROLLOUT: dict[str, Any] = {
-    "steps": [{"weight": 50, "pause": {"duration": "1s"}}],
-    "analysis": {
-        "interval": "5s",
-        "window": "45s",
-        "onNoData": {"after": "5m", "action": "Rollback"},
-        "onProviderError": {"after": "20s", "action": "Rollback"},
-    },
-    "guardrails": {"minDraftTokens": 200},
-    "progressDeadline": "2m",
-}
-PLAIN = {"method": "none"}
-EAGLE3_K5 = {"method": "eagle3", "model": GOOD_DRAFTER, "revision": "main", "numSpeculativeTokens": 5}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Simulator:
-    """`specfleet sim` as a child process for one namespace, with its control endpoint."""
-
-    def __init__(self, cluster: ClusterInfo, namespace: str, workdir: Path) -> None:
-        self.url = f"http://127.0.0.1:{free_port()}"
-        scenario = workdir / "scenario.yaml"
-        scenario.write_text(yaml.safe_dump(SCENARIO))
-        command = [
-            sys.executable, "-m", "specfleet.cli", "sim", "--scenario", str(scenario),
-            "--kubeconfig", str(cluster.kubeconfig), "--file-sd-dir", str(cluster.file_sd_dir),
-            "--namespace", namespace, "--listen", self.url.removeprefix("http://"), "--seed", "7",
-        ]  # fmt: skip
-        self.log = (workdir / "sim.log").open("wb")
-        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
-        wait_for("the simulator to listen", self._answers, timeout=30)
-
-    def _answers(self) -> bool:
-        try:
-            return urllib.request.urlopen(f"{self.url}/scenario", timeout=2).status == 200
-        except OSError:
-            return False
-
-    def put(self, scenario: dict[str, Any]) -> None:
-        body = yaml.safe_dump(scenario).encode()
-        request = urllib.request.Request(f"{self.url}/scenario", data=body, method="PUT")
-        assert urllib.request.urlopen(request, timeout=5).status in (200, 204)
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=30)
-        self.log.close()
-
-
-@pytest.fixture
-def simulator(dev_cluster: ClusterInfo, namespace: str, tmp_path: Path) -> Iterator[Simulator]:
-    running = Simulator(dev_cluster, namespace, tmp_path)
-    yield running
-    running.stop()
-
-
-def start_canary(fleet: Fleet, canary: dict[str, Any], stable: dict[str, Any] | None = None) -> str:
-    """A Healthy fleet serving `stable`'s speculative config, then changed to `canary`'s; the canary revision."""
-    fleet.apply(sdep(rollout=ROLLOUT, speculative=stable or EAGLE3_K5))
-    old = wait_for("Healthy", fleet.phase_is("llama", "Healthy"), timeout=90)["stableRevision"]
-    fleet.patch_spec("llama", {"speculative": canary})
-    return wait_for("a canary", lambda: (c := fleet.status("llama").get("canaryRevision")) != old and c)
 
 
 def last_outcome(fleet: Fleet) -> dict[str, Any]:

