@@ -43,7 +43,9 @@ finally:
     return json.loads((tmp_path / "modules.json").read_text())
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["dev", "--help"], ["status", "--help"], ["render", "--help"]])
+@pytest.mark.parametrize(
+    "argv", [["--help"], ["dev", "--help"], ["status", "--help"], ["render", "--help"], ["loadtest", "--help"]]
+)
 def test_help_imports_none_of_the_heavy_modules(argv: list[str], tmp_path: Path) -> None:
     assert modules_loaded_by(argv, tmp_path) == []
 

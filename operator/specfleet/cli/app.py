@@ -15,6 +15,7 @@ import typer
 from specfleet import __version__
 from specfleet.cli import rollouts
 from specfleet.cli.console import make_console
+from specfleet.cli.loadtest import loadtest_command
 from specfleet.cli.run import run
 from specfleet.devcluster.cli import app as dev_app
 
@@ -60,6 +61,7 @@ def sim(ctx: typer.Context) -> None:
     typer.main.get_command(single).main(args=ctx.args, prog_name=ctx.command_path)
 
 
+app.command(name="loadtest")(loadtest_command)
 rollouts.register(app)  # after `sim`: the help lists the commands in the order they were registered
 
 

@@ -2,8 +2,8 @@
 
 Pure core: `model` (the equations), `scenario` (the YAML document and its matching rules), `pods`
 (reading `vllm serve` arguments), `engine` (one engine's requests, steps and counters), `exposition`
-(vLLM's metric names, types and labels). Shell: `server` (HTTP, file_sd, run-time control), `watch`
-(Kubernetes), `cli`.
+(vLLM's metric names, types and labels), `completions` (the OpenAI completions protocol). Shell: `server`
+(HTTP: metrics, completions, file_sd, run-time control), `watch` (Kubernetes), `cli`.
 
     from specfleet.sim import Simulator, load_scenario
     with Simulator(load_scenario(text), file_sd_dir=info.file_sd_dir, api_client=info.api_client(),

@@ -74,6 +74,8 @@ def sim_command(
     Watches the pods that run `vllm serve` (whoever owns them: specfleet, an Argo Rollout, a Flagger canary),
     reads their arguments and node GPU, and writes file_sd targets with the labels a PodMonitor would give.
     PUT a new scenario to <url>/scenario, or edit the file, to change acceptance, load or cost at run time.
+    Each pod (<url>/pods/NS/POD) and each track (<url>/tracks/NS/NAME/TRACK) also answers OpenAI completions
+    at the pace of its engine, for `specfleet loadtest`.
 
     With --engine vllm-cpu, each pod gets a real `vllm serve` from its rendered arguments instead, with the
     hardware-specific parts translated (printed per pod), and a bounded load of completion requests.

@@ -16,6 +16,11 @@ engine records them (`vllm/v1/metrics/stats.py`, `loggers.py`, `spec_decode/metr
 A request the client aborts is dropped the way `AsyncLLM.abort` drops it (`OutputProcessor.abort_requests`
 pops its state without `update_from_finished_request`): no `request_success_total` increment and none of
 the histograms observed at finish, while its tokens, TTFT and ITL observations up to the abort stay.
+
+Besides the scenario's Poisson arrivals, a client can `submit` a request of its own (the simulator's
+`/v1/completions` endpoint): it joins the same queue and batch, drafts and is verified like the others,
+is counted in the same metrics, and records when its tokens were emitted (`ClientRequest.tokens`), so
+the server can stream them at those times.
 """
 
 import math
@@ -244,6 +249,23 @@ def configure(args: VllmArgs, params: Params, gpu: GpuProduct) -> EngineConfig:
 
 
 @dataclass(eq=False)
+class ClientRequest:
+    """A request a client sent (the completions endpoint), followed token by token while it runs in the engine."""
+
+    arrival: float
+    prompt_tokens: int
+    max_tokens: int
+    tokens: list[tuple[float, int]] = field(default_factory=list)
+    """(simulated time, tokens emitted then): the first token when prefill completes, then one entry per step."""
+    finish_reason: str | None = None
+    """`stop`, `length` or `error` once the request left the engine; `abort` once the client gave up."""
+
+    @property
+    def generated(self) -> int:
+        return sum(count for _, count in self.tokens)
+
+
+@dataclass(eq=False)
 class _Request:
     arrival: float
     prompt: int
@@ -257,6 +279,8 @@ class _Request:
     first_token: float = 0.0
     last_token: float = 0.0
     generated: int = 0
+    client: ClientRequest | None = None
+    """Set for a request a client submitted: where its tokens are recorded."""
 
 
 @dataclass
@@ -315,6 +339,65 @@ class Engine:
             step, self._step = self._step, None
             self._finish(step)
             self.clock = step.end
+
+    def submit(self, now: float, prompt_tokens: int, max_tokens: int, ignore_eos: bool = False) -> ClientRequest:
+        """A client's request arrives at `now`: it waits, is scheduled, decoded and counted like the scenario's own.
+
+        Its output is `max_tokens` long with `ignore_eos` (finish reason `length`); otherwise its length is drawn
+        as the scenario's requests' are, cut at `max_tokens`. The scenario's `error_rate` applies to it too
+        (`abort_rate` does not: only the client aborts it, with `abort`). Runs the engine to `now` first.
+        """
+        self.advance_to(now)
+        self._enqueue_arrivals(now)  # the scenario's requests that arrived before it queue before it
+        config, rng = self.config, self.rng
+        output, reason = max_tokens, "length"
+        if config.max_model_len is not None:
+            prompt_tokens = max(1, min(prompt_tokens, config.max_model_len - 1))
+            output = max(1, min(output, config.max_model_len - prompt_tokens))
+        if not ignore_eos:
+            drawn = model.lognormal_tokens(rng, config.output_tokens)
+            if drawn < output:
+                output, reason = drawn, "stop"
+        if rng.random() < config.error_rate:
+            output, reason = rng.randint(1, output), "error"
+        client = ClientRequest(arrival=now, prompt_tokens=prompt_tokens, max_tokens=max_tokens)
+        self._waiting.append(
+            _Request(
+                arrival=now,
+                prompt=prompt_tokens,
+                output=output,
+                reason=reason,
+                prefill_left=prompt_tokens,
+                rates=self._request_rates(),
+                client=client,
+            )
+        )
+        self._update_gauges()
+        self.advance_to(now)  # an idle engine plans its next step now
+        return client
+
+    def abort(self, client: ClientRequest) -> None:
+        """The client went away: a waiting request is dropped, a running one ends with the step in flight.
+
+        Either way it is not counted at finish, as vLLM's `AsyncLLM.abort` does (see the module docstring).
+        """
+        if client.finish_reason is not None:
+            return
+        client.finish_reason = "abort"
+        for request in self._waiting:
+            if request.client is client:
+                self._waiting.remove(request)
+                self._update_gauges()
+                return
+        for request in self._running:
+            if request.client is client:
+                request.reason = "abort"
+                request.output = max(1, request.generated)
+
+    @property
+    def next_step_end(self) -> float | None:
+        """When the step in flight ends (the next time tokens are emitted), or None when the engine is idle."""
+        return self._step.end if self._step is not None else None
 
     def _interarrival(self, load: float | None = None) -> float:
         rate = self.config.load if load is None else load
@@ -419,6 +502,8 @@ class Engine:
                 metrics.prompt_tokens += request.prompt
                 metrics.generation_tokens += 1
                 metrics.time_to_first_token.observe(end - request.arrival)
+                if request.client is not None:
+                    request.client.tokens.append((end, 1))
         for request, length in step.decoding:
             emitted = 1
             if length:
@@ -433,6 +518,8 @@ class Engine:
             metrics.inter_token_latency.observe(end - request.last_token)
             request.generated += emitted
             request.last_token = end
+            if request.client is not None and emitted:  # none for a request aborted mid-step
+                request.client.tokens.append((end, emitted))
             self._kv_used += emitted
             metrics.generation_tokens += emitted
         still_running = []
@@ -447,6 +534,8 @@ class Engine:
     def _complete(self, request: _Request) -> None:
         """A request leaves the engine; all but client aborts are counted and observed as vLLM does at finish."""
         self._kv_used -= request.prompt + request.generated
+        if request.client is not None and request.client.finish_reason is None:
+            request.client.finish_reason = request.reason
         if request.reason == "abort":
             return
         metrics = self.metrics

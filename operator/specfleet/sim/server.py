@@ -8,12 +8,16 @@
 
 HTTP (all on one loopback port):
     GET /pods/<namespace>/<pod>/metrics   the pod's vLLM metrics (503 until the pod is Ready, 404 unknown)
+    POST /pods/<namespace>/<pod>/v1/completions             OpenAI completions (streamed or not), served
+    POST /tracks/<namespace>/<sdep>/<track>/v1/completions  by the pod's engine (a track: its Ready pods in turn)
+    GET  .../v1/models                    the served model, for OpenAI clients
     GET /scenario, PUT /scenario          the scenario document (YAML or JSON body; 400 names bad fields)
     GET /pods                             what is simulated: matched pair, expected acceptance, step time
     GET /healthz
 
 Simulated time is wall time: engines advance to "now" when scraped, once a second on a ticker, and
-before a scenario change (so the old knobs hold until the moment of the change).
+before a scenario change (so the old knobs hold until the moment of the change). A completion request
+joins its pod's engine and its thread sleeps until each engine step that emits its tokens has ended.
 """
 
 import json
@@ -23,7 +27,8 @@ import random
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,12 +39,14 @@ from typing import Any
 import kubernetes
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
+from specfleet.api.vocabulary import LABEL_NAME
 from specfleet.hardware import BY_PRODUCT_NAME, MI300X, PRODUCT_NAME_LABEL, GpuProduct
 from specfleet.metrics import names
 from specfleet.metrics.names import prometheus_label
 from specfleet.render.argv import VLLM_PORT
-from specfleet.sim import model
-from specfleet.sim.engine import Engine, EngineConfig, configure
+from specfleet.sim import completions, model
+from specfleet.sim.completions import CompletionError, CompletionRequest
+from specfleet.sim.engine import MAX_WAITING, ClientRequest, Engine, EngineConfig, configure
 from specfleet.sim.exposition import exposition
 from specfleet.sim.pods import PodArgsError, PodInfo, parse_pod, runs_vllm
 from specfleet.sim.scenario import (
@@ -57,6 +64,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 18000
 TICK_SECONDS = 1.0
+MAX_COMPLETIONS = 256
+"""Completion requests served at once (each holds a thread while it streams); more are answered 503."""
+POLL_SECONDS = 0.25
+"""Longest sleep of a completion's thread between looks at its engine (it wakes at each step's end before)."""
 FALLBACK_GPU = MI300X
 """Used for pods on nodes without a known `amd.com/gpu.product-name` label."""
 SCRAPE_FAULT_ANSWERS: dict[ScrapeAnswer, tuple[HTTPStatus, bytes]] = {
@@ -99,6 +110,33 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 def metrics_path(namespace: str, pod: str) -> str:
     return f"/pods/{namespace}/{pod}/metrics"
+
+
+def openai_base_path(namespace: str, pod: str) -> str:
+    """An OpenAI client's base URL path for one pod (it appends `/v1/completions`, `/v1/models`)."""
+    return f"/pods/{namespace}/{pod}"
+
+
+@dataclass(frozen=True)
+class OpenAIRoute:
+    """Who answers an OpenAI request: one pod, or the Ready pods of one track of a SpeculativeDeployment."""
+
+    namespace: str
+    endpoint: str
+    """`completions` or `models`."""
+    pod: str | None = None
+    sdep: str | None = None
+    track: str | None = None
+
+
+def openai_route(path: str) -> OpenAIRoute | None:
+    """`/pods/<ns>/<pod>/v1/<endpoint>` or `/tracks/<ns>/<sdep>/<track>/v1/<endpoint>`, else None."""
+    parts = path.strip("/").split("/")
+    if len(parts) == 5 and parts[0] == "pods" and parts[3] == "v1" and parts[4] in {"completions", "models"}:
+        return OpenAIRoute(namespace=parts[1], pod=parts[2], endpoint=parts[4])
+    if len(parts) == 6 and parts[0] == "tracks" and parts[4] == "v1" and parts[5] in {"completions", "models"}:
+        return OpenAIRoute(namespace=parts[1], sdep=parts[2], track=parts[3], endpoint=parts[5])
+    return None
 
 
 def target_group(pod: PodInfo, address: str, path: str | None = None) -> dict[str, Any]:
@@ -163,6 +201,7 @@ class Simulator:
         seed: int = 0,
         scenario_file: Path | None = None,
         clock: Callable[[], float] = time.monotonic,
+        max_completions: int = MAX_COMPLETIONS,
     ) -> None:
         parse_listen(f"{listen[0]}:{listen[1]}")
         self.listen = listen
@@ -180,13 +219,16 @@ class Simulator:
             KubePodSource(api_client, namespaces, self, label_selector=None) if api_client is not None else None
         )
         self._written: str | None = None
+        self._completion_slots = threading.BoundedSemaphore(max_completions)
+        self.max_completions = max_completions
+        self._turns: dict[tuple[str, str, str], int] = {}
+        """Round-robin position per track (namespace, sdep, track) for the track completions route."""
 
     # lifecycle
 
     def start(self) -> "Simulator":
         """Bind the HTTP server, start serving, the ticker and the pod watch. Returns self."""
-        self._server = ThreadingHTTPServer(self.listen, _handler(self))
-        self._server.daemon_threads = True
+        self._server = _Server(self.listen, _handler(self))
         threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, name="sim-http", daemon=True
         ).start()
@@ -348,6 +390,69 @@ class Simulator:
             )
             return HTTPStatus.OK, body
 
+    # OpenAI endpoints
+
+    def _serving_pod(self, route: OpenAIRoute) -> SimulatedPod:
+        """The pod that answers: the route's own, or the next Ready pod of the track in turn (call with the lock)."""
+        if route.pod is not None:
+            pod = self._pods.get(f"{route.namespace}/{route.pod}")
+            if pod is None:
+                raise CompletionError(HTTPStatus.NOT_FOUND, f"no simulated pod {route.namespace}/{route.pod}")
+            if pod.engine is None:
+                raise CompletionError(HTTPStatus.SERVICE_UNAVAILABLE, f"pod {pod.info.key} is not Ready")
+            return pod
+        members = sorted(
+            (
+                pod
+                for pod in self._pods.values()
+                if pod.info.namespace == route.namespace
+                and pod.info.labels.get(LABEL_NAME) == route.sdep
+                and pod.info.track == route.track
+            ),
+            key=lambda pod: pod.info.name,
+        )
+        what = f"{route.namespace}/{route.sdep} track {route.track}"
+        if not members:
+            raise CompletionError(HTTPStatus.NOT_FOUND, f"no simulated pod of {what}")
+        ready = [pod for pod in members if pod.engine is not None]
+        if not ready:
+            raise CompletionError(HTTPStatus.SERVICE_UNAVAILABLE, f"no Ready pod of {what}")
+        key = (route.namespace, route.sdep or "", route.track or "")
+        turn = self._turns.get(key, 0)
+        self._turns[key] = turn + 1
+        return ready[turn % len(ready)]
+
+    def models(self, route: OpenAIRoute) -> dict[str, Any]:
+        """`GET .../v1/models`: the model the route's pod serves. CompletionError (404, 503) as for completions."""
+        with self._lock:
+            pod = self._serving_pod(route)
+            return completions.models(pod.info.args.served_model_name, int(pod.created))
+
+    def open_completion(self, route: OpenAIRoute, request: CompletionRequest) -> "CompletionStream":
+        """Submit a completion to the serving pod's engine; CompletionError says why not (404, 400, 503).
+
+        The caller must `close()` the stream (it aborts an unfinished request and frees its slot).
+        """
+        if not self._completion_slots.acquire(blocking=False):
+            busy = f"the simulator serves at most {self.max_completions} completions at once"
+            raise CompletionError(HTTPStatus.SERVICE_UNAVAILABLE, busy)
+        try:
+            with self._lock:
+                pod = self._serving_pod(route)
+                args = pod.info.args
+                completions.check_model(request, (args.served_model_name, args.model))
+                completions.check_length(request, args.max_model_len)
+                engine = pod.engine
+                assert engine is not None  # _serving_pod returns Ready pods only
+                engine.advance_to(self.clock())
+                if engine.metrics.waiting >= MAX_WAITING:
+                    raise CompletionError(HTTPStatus.SERVICE_UNAVAILABLE, f"pod {pod.info.key} is overloaded")
+                client = engine.submit(self.clock(), request.prompt_tokens, request.max_tokens, request.ignore_eos)
+        except BaseException:
+            self._completion_slots.release()
+            raise
+        return CompletionStream(self, pod, engine, client, request)
+
     def describe(self) -> list[dict[str, Any]]:
         """What `GET /pods` shows: each pod, the pair it matched, and what the model predicts for it."""
         with self._lock:
@@ -373,6 +478,7 @@ class Simulator:
             "track": info.track,
             "ready": pod.engine is not None,
             "metrics_path": metrics_path(info.namespace, info.name),
+            "openai_base_path": openai_base_path(info.namespace, info.name),
             "node": info.node_name,
             "gpu": pod.gpu.short_name,
             "model": info.args.model,
@@ -416,6 +522,96 @@ class Simulator:
                         pod.engine.advance_to(now)
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128
+    """Listen backlog: a load test opens a connection per completion, tens at once (the default 5 drops SYNs,
+    and the client's TCP retransmits them a second later)."""
+
+
+class CompletionStream:
+    """One client request in a pod's engine, given back at the pace the engine emits its tokens.
+
+    Simulated time is wall time, so the thread that follows the request sleeps until the end of each engine
+    step and then hands over what that step emitted: one chunk per step, as vLLM streams.
+    """
+
+    def __init__(
+        self, sim: Simulator, pod: SimulatedPod, engine: Engine, client: ClientRequest, request: CompletionRequest
+    ) -> None:
+        self._sim, self._pod, self._engine, self._client, self._request = sim, pod, engine, client, request
+        self._closed = False
+        self.id = f"cmpl-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.model = pod.info.args.served_model_name
+
+    def steps(self) -> Iterator[tuple[int, str | None]]:
+        """(tokens, finish reason on the last) per engine step that emitted tokens for the request, at its end.
+
+        Raises CompletionError when the request fails in the engine (the scenario's `error_rate`), the pod
+        goes away, or the simulator stops.
+        """
+        sim, client, sent = self._sim, self._client, 0
+        while True:
+            with sim._lock:
+                if sim._pods.get(self._pod.info.key) is not self._pod or self._pod.engine is not self._engine:
+                    raise CompletionError(HTTPStatus.SERVICE_UNAVAILABLE, f"pod {self._pod.info.key} went away")
+                now = sim.clock()
+                self._engine.advance_to(now)
+                emitted, sent = client.tokens[sent:], len(client.tokens)
+                finish, wake = client.finish_reason, self._engine.next_step_end
+            for index, (_, count) in enumerate(emitted):
+                yield count, finish if finish != "error" and index == len(emitted) - 1 else None
+            if finish == "error":
+                raise CompletionError(HTTPStatus.INTERNAL_SERVER_ERROR, "the request failed in the engine")
+            if finish is not None:
+                return
+            delay = POLL_SECONDS if wake is None else min(POLL_SECONDS, max(0.0, wake - now))
+            if sim._stop.wait(delay):
+                raise CompletionError(HTTPStatus.SERVICE_UNAVAILABLE, "the simulator is stopping")
+
+    def events(self) -> Iterator[bytes]:
+        """The streamed answer: a chunk per step, the usage chunk if asked for, `[DONE]`; an error event on failure."""
+        generated = 0
+        try:
+            for count, finish in self.steps():
+                text = completions.token_text(generated, count)
+                generated += count
+                yield completions.event(completions.chunk(self.id, self.created, self.model, text, finish))
+            if self._request.include_usage:
+                usage = completions.usage_chunk(
+                    self.id, self.created, self.model, self._client.prompt_tokens, generated
+                )
+                yield completions.event(usage)
+        except CompletionError as error:
+            yield completions.event(error.body())
+        yield completions.DONE
+
+    def response(self) -> dict[str, Any]:
+        """The whole answer once the request finished (CompletionError if it failed)."""
+        generated, finish = 0, None
+        for count, reason in self.steps():
+            generated, finish = generated + count, reason or finish
+        return completions.completion(
+            self.id,
+            self.created,
+            self.model,
+            completions.token_text(0, generated),
+            finish or "length",
+            self._client.prompt_tokens,
+            generated,
+        )
+
+    def close(self) -> None:
+        """Abort the request if it has not finished (the client went away), and free its slot. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._sim._lock:
+            self._engine.abort(self._client)
+        self._sim._completion_slots.release()
+
+
 def _handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "specfleet-sim"
@@ -430,6 +626,48 @@ def _handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
+        def _send_json(self, status: HTTPStatus, document: Any) -> None:
+            self._send(status, json.dumps(document).encode(), "application/json")
+
+        def _models(self, route: OpenAIRoute) -> None:
+            try:
+                self._send_json(HTTPStatus.OK, sim.models(route))
+            except CompletionError as error:
+                self._send_json(error.status, error.body())
+
+        def do_POST(self) -> None:
+            route = openai_route(self.path.split("?", 1)[0])
+            if route is None or route.endpoint != "completions":
+                self._send(HTTPStatus.NOT_FOUND, b"not found\n")
+                return
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            try:
+                request = completions.parse_request(body)
+                stream = sim.open_completion(route, request)
+            except CompletionError as error:
+                self._send_json(error.status, error.body())
+                return
+            try:
+                if request.stream:
+                    self.send_response(HTTPStatus.OK)
+                    self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+                    self.send_header("Cache-Control", "no-cache")
+                    self.end_headers()  # HTTP/1.0 without a length: the body ends when the connection closes
+                    self.close_connection = True
+                    for event in stream.events():
+                        self.wfile.write(event)
+                else:
+                    try:
+                        answer = stream.response()
+                    except CompletionError as error:
+                        self._send_json(error.status, error.body())
+                    else:
+                        self._send_json(HTTPStatus.OK, answer)
+            except (BrokenPipeError, ConnectionResetError):
+                log.debug("client of %s went away", stream.id)
+            finally:
+                stream.close()
+
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             parts = path.strip("/").split("/")
@@ -439,6 +677,8 @@ def _handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
                 self._send(HTTPStatus.OK, dump_scenario(sim.scenario).encode(), "application/yaml")
             elif path == "/pods":
                 self._send(HTTPStatus.OK, json.dumps(sim.describe(), indent=1).encode(), "application/json")
+            elif (route := openai_route(path)) is not None and route.endpoint == "models":
+                self._models(route)
             elif len(parts) == 4 and parts[0] == "pods" and parts[3] == "metrics":
                 status, body = sim.metrics(parts[1], parts[2])
                 self._send(status, body, CONTENT_TYPE_PLAIN_0_0_4 if status is HTTPStatus.OK else "text/plain")
