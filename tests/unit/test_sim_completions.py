@@ -76,15 +76,7 @@ def closed_form_per_token(simulated: Engine, context: float) -> float:
     """The model's per-token latency of a lone request: one step's time / tokens per step (Leviathan et al.)."""
     config = simulated.config
     load = model.StepLoad(decode_requests=1, spec_tokens=config.k, prefill_tokens=0, context_tokens=round(context))
-    step = model.step_seconds(
-        config.hardware,
-        config.weights,
-        config.kv_per_token,
-        config.draft_cost,
-        config.parallel_drafting,
-        load,
-        config.draft_pass_overhead,
-    )
+    step = config.step_seconds(load)
     return step / model.expected_tokens_per_step(config.acceptance, config.k)
 
 

@@ -163,6 +163,18 @@ class EngineConfig:
     max_num_batched_tokens: int
     max_model_len: int | None
 
+    def step_seconds(self, load: model.StepLoad) -> float:
+        """How long one engine step with `load` takes on this pod (its GPU, weights, KV cache and drafter)."""
+        return model.step_seconds(
+            self.hardware,
+            self.weights,
+            self.kv_per_token,
+            self.draft_cost,
+            self.parallel_drafting,
+            load,
+            self.draft_pass_overhead,
+        )
+
     @property
     def rates(self) -> tuple[float, ...]:
         """Per-position conditional acceptance of a request with the mean acceptance (empty without speculation)."""
@@ -469,15 +481,7 @@ class Engine:
             context_tokens=sum(r.prompt + r.generated for r, _ in decoding),
             draft_tokens=sum(length for _, length in decoding),
         )
-        seconds = model.step_seconds(
-            config.hardware,
-            config.weights,
-            config.kv_per_token,
-            config.draft_cost,
-            config.parallel_drafting,
-            load,
-            config.draft_pass_overhead,
-        )
+        seconds = config.step_seconds(load)
         self._update_gauges()
         return _Step(
             end=start + seconds * model.noise_factor(self.rng, config.noise), decoding=decoding, prefill=prefill

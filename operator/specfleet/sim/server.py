@@ -462,15 +462,7 @@ class Simulator:
         info, config = pod.info, pod.config
         spec = info.args.speculative
         single = model.StepLoad(decode_requests=1, spec_tokens=config.k, prefill_tokens=0, context_tokens=0)
-        step = model.step_seconds(
-            config.hardware,
-            config.weights,
-            config.kv_per_token,
-            config.draft_cost,
-            config.parallel_drafting,
-            single,
-            config.draft_pass_overhead,
-        )
+        step = config.step_seconds(single)
         expectation = config.expectation
         return {
             "namespace": info.namespace,
