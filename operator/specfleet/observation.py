@@ -15,7 +15,7 @@ from specfleet.api.problems import InvalidSpecError
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.vocabulary import LABEL_NAME, LABEL_REVISION, LABEL_TRACK, Command, Track
 from specfleet.render.manifests import revision
-from specfleet.rollout import Observation, TrackObservation
+from specfleet.rollout import ContainerCrash, Observation, TrackObservation
 from specfleet.validation import errors, spec_problems
 
 Raw = Mapping[str, Any]
@@ -67,29 +67,70 @@ def controlled_by(obj: Raw, uid: str | None) -> bool:
     return uid is not None and any(ref.get("uid") == uid and ref.get("controller") for ref in refs)
 
 
+def _pod_status(pod: Raw) -> Raw:
+    status = pod.get("status")
+    return status if isinstance(status, Mapping) else {}
+
+
 def _is_ready(pod: Raw) -> bool:
     if pod.get("metadata", {}).get("deletionTimestamp"):
         return False
-    conditions = pod.get("status", {}).get("conditions") or []
+    conditions = _pod_status(pod).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 def _unschedulable(pod: Raw) -> str:
-    for condition in pod.get("status", {}).get("conditions") or []:
+    for condition in _pod_status(pod).get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("reason") == "Unschedulable":
             return str(condition.get("message", "Unschedulable"))
     return ""
 
 
+def _count(value: Any) -> int:
+    """A restartCount as the API server would hold it; anything else (None, a string, < 0) counts 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+def _oom_killed(status: Raw) -> bool:
+    """Whether the container's current or last termination was an OOM kill."""
+    for key in ("state", "lastState"):
+        state = status.get(key)
+        terminated = state.get("terminated") if isinstance(state, Mapping) else None
+        if isinstance(terminated, Mapping) and terminated.get("reason") == "OOMKilled":
+            return True
+    return False
+
+
+def container_crashes(pod: Raw) -> tuple[ContainerCrash, ...]:
+    """The pod's containers that restarted or were OOM-killed, from `status.containerStatuses`.
+
+    Odd data (a missing or None status, a restartCount that is not a non-negative integer) reads as no
+    crash, never as an error.
+    """
+    meta = pod.get("metadata")
+    name = str(meta.get("name") or "?") if isinstance(meta, Mapping) else "?"
+    statuses = _pod_status(pod).get("containerStatuses")
+    crashes = []
+    for container in statuses if isinstance(statuses, list) else ():
+        if not isinstance(container, Mapping):
+            continue
+        restarts, oom = _count(container.get("restartCount")), _oom_killed(container)
+        if restarts or oom:
+            crashes.append(ContainerCrash(name, str(container.get("name") or "?"), restarts, oom))
+    return tuple(crashes)
+
+
 def track_observation(deployment: Raw | None, pods: Iterable[Raw]) -> TrackObservation:
-    """One track: the Deployment's current revision and how many of its pods at that revision are Ready."""
+    """One track: the Deployment's current revision, how many of its pods at that revision are Ready,
+    and which of their containers crashed (restarted or were OOM-killed)."""
     pods = list(pods)
     pending = next((m for m in (_unschedulable(p) for p in pods) if m), "")
     if deployment is None:
         return TrackObservation(unschedulable=pending)
     template_labels = deployment.get("spec", {}).get("template", {}).get("metadata", {}).get("labels") or {}
     current = template_labels.get(LABEL_REVISION)
-    ready = sum(1 for p in pods if _is_ready(p) and p["metadata"].get("labels", {}).get(LABEL_REVISION) == current)
+    current_pods = [p for p in pods if p["metadata"].get("labels", {}).get(LABEL_REVISION) == current]
+    ready = sum(1 for p in current_pods if _is_ready(p))
     wanted = deployment.get("spec", {}).get("replicas", 1)
     status = deployment.get("status") or {}
     settled = (
@@ -98,7 +139,8 @@ def track_observation(deployment: Raw | None, pods: Iterable[Raw]) -> TrackObser
         and status.get("replicas", 0) == wanted
         and ready >= wanted
     )
-    return TrackObservation(revision=current, ready=ready, settled=settled, unschedulable=pending)
+    crashes = tuple(crash for p in current_pods for crash in container_crashes(p))
+    return TrackObservation(revision=current, ready=ready, settled=settled, unschedulable=pending, crashes=crashes)
 
 
 def pods_of(pods: Iterable[Raw], name: str, track: Track) -> list[Raw]:

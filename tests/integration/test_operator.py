@@ -310,3 +310,50 @@ def test_a_rollout_survives_repeated_sigkills(operator: Operator, fleet: Fleet) 
     wait_for("the canary to go", lambda: set(fleet.deployments()) == {"llama-stable"}, timeout=60)
     services = {s.metadata.name for s in fleet.core.list_namespaced_service(fleet.namespace).items}
     assert services == {"llama"}
+
+
+# issue 16: crashes and OOM kills, read from the Kubernetes API
+
+
+def oom_killed(fleet: Fleet, pod: str, container: str = "vllm") -> None:
+    """Report, as a kubelet would, that `pod`'s container was OOM-killed and restarted (Ready again).
+
+    kwok sets a pod's status only while it is Pending and not Ready (its pod-ready stage), so a Running
+    pod keeps the status written here; containerStatuses is replaced as a whole by the patch.
+    """
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    status = {
+        "name": container,
+        "image": fleet.core.read_namespaced_pod(pod, fleet.namespace).spec.containers[0].image,
+        "ready": True,
+        "restartCount": 1,
+        "state": {"running": {"startedAt": now}},
+        "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137, "startedAt": now, "finishedAt": now}},
+    }
+    fleet.core.patch_namespaced_pod_status(pod, fleet.namespace, {"status": {"containerStatuses": [status]}})
+
+
+def test_an_oom_killed_canary_pod_rolls_back_and_stable_keeps_serving(operator: Operator, fleet: Fleet) -> None:
+    """Unguarded (no Prometheus): the evidence is the pod's status in the API server."""
+    healthy(fleet, steps=[{"weight": 50, "pause": {}}])
+    fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 2}})
+    canary = wait_for("the canary at its gate", fleet.phase_is("llama", "Paused"))["canaryRevision"]
+    pods = fleet.pods(f"specfleet.io/track=canary,specfleet.io/revision={canary}")
+    victim = pods[0].metadata.name
+    container = pods[0].spec.containers[0].name
+    oom_killed(fleet, victim, container)
+    statuses = fleet.core.read_namespaced_pod_status(victim, fleet.namespace).status.container_statuses
+    assert statuses[0].last_state.terminated.reason == "OOMKilled", "kwok overwrote the status"
+
+    status = wait_for("the rollback", fleet.phase_is("llama", "RolledBack"))
+    reason = status["history"][-1]["reason"]
+    assert status["history"][-1]["outcome"] == "RolledBack" and status["rejectedRevision"] == canary
+    assert f"canary pod {victim} container {container} was OOMKilled (restart 1)" in reason
+    wait_for("a RolledBack event naming the pod", lambda: any(victim in m for m in events(fleet, "RolledBack")))
+    selector = fleet.core.read_namespaced_service("llama", fleet.namespace).spec.selector
+    assert selector == {"specfleet.io/name": "llama", "specfleet.io/track": "stable"}
+    wait_for("the canary Deployment to go", lambda: "llama-canary" not in fleet.deployments())
+    status = wait_for(
+        "stable serving alone", lambda: (s := fleet.status("llama"))["readyReplicas"]["stable"] == 2 and s
+    )
+    assert status["stableRevision"] != canary and status["phase"] == "RolledBack"

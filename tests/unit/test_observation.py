@@ -3,6 +3,8 @@
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
+
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.vocabulary import Track
 from specfleet.observation import controlled_by, observe, parse, track_observation
@@ -85,3 +87,59 @@ def test_ownership_is_by_controller_uid() -> None:
     assert controlled_by(child, "u1")
     assert not controlled_by(child, "u2")
     assert not controlled_by({"metadata": {}}, "u1")
+
+
+def crashed(revision: str, restarts: Any, reason: str | None = None, name: str = "p1", **extra: Any) -> dict[str, Any]:
+    """A pod of `revision` whose container `vllm` restarted, its last termination for `reason`."""
+    container: dict[str, Any] = {"name": "vllm", "restartCount": restarts, **extra}
+    if reason is not None:
+        container["lastState"] = {"terminated": {"reason": reason, "exitCode": 137}}
+    body = pod(revision, track="canary")
+    body["metadata"]["name"] = name
+    body["status"]["containerStatuses"] = [container]
+    return body
+
+
+def test_restarts_and_oom_kills_of_pods_at_the_current_revision_are_read() -> None:
+    observed = track_observation(
+        deployment("new"),
+        [crashed("new", 1, "OOMKilled"), crashed("new", 2, "Error", name="p2"), crashed("old", 5, "OOMKilled")],
+    )
+    assert observed.restarts == 3
+    assert [(c.pod, c.container, c.restarts) for c in observed.oom_kills] == [("p1", "vllm", 1)]
+
+
+def test_a_container_oom_killed_now_counts_before_its_restart() -> None:
+    now = crashed("new", 0, state={"terminated": {"reason": "OOMKilled"}})
+    observed = track_observation(deployment("new"), [now])
+    assert observed.restarts == 0 and len(observed.oom_kills) == 1
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        None,
+        "Running",
+        {"containerStatuses": None},
+        {"containerStatuses": "vllm"},
+        {"containerStatuses": [None, 3, {}]},
+        {"containerStatuses": [{"name": "vllm", "restartCount": None}]},
+        {"containerStatuses": [{"name": "vllm", "restartCount": -3}]},
+        {"containerStatuses": [{"name": "vllm", "restartCount": "2"}]},
+        {"containerStatuses": [{"name": "vllm", "restartCount": True}]},
+        {"containerStatuses": [{"name": None, "lastState": None, "state": "weird"}]},
+        {"containerStatuses": [{"lastState": {"terminated": None}, "state": {"terminated": "OOMKilled"}}]},
+    ],
+)
+def test_odd_container_statuses_read_as_no_crash(status: Any) -> None:
+    body = pod("new")
+    body["status"] = status
+    observed = track_observation(deployment("new"), [body])
+    assert observed.crashes == () and observed.restarts == 0
+
+
+def test_a_crash_of_an_unnamed_container_still_counts() -> None:
+    body = pod("new")
+    body["status"]["containerStatuses"] = [{"restartCount": 2, "lastState": {"terminated": {"reason": "OOMKilled"}}}]
+    (crash,) = track_observation(deployment("new"), [body]).crashes
+    assert crash.pod == "?" and crash.container == "?" and crash.restarts == 2 and crash.oom_killed

@@ -17,7 +17,7 @@ from specfleet.api.status import (
 )
 from specfleet.api.vocabulary import Command
 from specfleet.render.manifests import revision
-from specfleet.rollout import Decision, Observation, TrackObservation, decide
+from specfleet.rollout import ContainerCrash, Decision, Observation, TrackObservation, decide
 
 from bad_specs import BASE, merged
 
@@ -360,6 +360,88 @@ def test_without_auto_rollback_a_failure_pauses_for_a_human() -> None:
     assert fleet.status.phase is Phase.PAUSED and decision.canary is not None
     fleet.wait(600)
     assert fleet.status.phase is Phase.PAUSED and fleet.status.canary_revision is not None
+
+
+def crashing(fleet: Fleet, restarts: int, oom: bool = False, ready: bool = True) -> None:
+    """The canary's pod `p0` reports its container `vllm` restarted (and OOM-killed), Ready or not."""
+    crash = ContainerCrash("llama-canary-p0", "vllm", restarts, oom)
+    fleet.canary = replace(fleet.canary, crashes=(crash,), ready=fleet.canary.ready if ready else 0)
+
+
+def canary_at_step_one(**rollout: Any) -> Fleet:
+    fleet = healthy_fleet(rollout=rollout) if rollout else healthy_fleet()
+    fleet.change(speculative={"numSpeculativeTokens": 2}, **({"rollout": rollout} if rollout else {}))
+    fleet.step()
+    fleet.converge()
+    assert fleet.status.phase is Phase.PROGRESSING and fleet.last is not None and fleet.last.canary_traffic
+    return fleet
+
+
+@pytest.mark.parametrize("ready", [True, False])
+def test_an_oom_killed_canary_container_rolls_back_at_once_without_prometheus(ready: bool) -> None:
+    fleet = canary_at_step_one()  # unguarded: the evidence is the pod's status, not Prometheus
+    crashing(fleet, restarts=1, oom=True, ready=ready)
+    decision = fleet.step()
+    assert fleet.status.phase is Phase.ROLLED_BACK and decision.canary is None and not decision.canary_traffic
+    reason = fleet.status.history[-1].reason
+    assert "canary pod llama-canary-p0 container vllm was OOMKilled (restart 1)" in reason
+    assert "stable pods: 0 restarts" in reason and "RolledBack" in fleet.events
+
+
+def test_canary_restarts_over_the_limit_roll_back() -> None:
+    fleet = canary_at_step_one()
+    crashing(fleet, restarts=1)  # the default maxCanaryRestarts forgives one
+    fleet.step()
+    assert fleet.status.phase is Phase.PROGRESSING
+    crashing(fleet, restarts=2)
+    fleet.step()
+    assert fleet.status.phase is Phase.ROLLED_BACK
+    assert "canary containers restarted 2 times, over maxCanaryRestarts 1" in fleet.status.history[-1].reason
+
+
+def test_max_canary_restarts_zero_fails_at_the_first_restart() -> None:
+    fleet = canary_at_step_one(guardrails={"maxCanaryRestarts": 0})
+    crashing(fleet, restarts=1)
+    fleet.step()
+    assert fleet.status.phase is Phase.ROLLED_BACK
+
+
+def test_stable_restarts_alone_do_not_fail_the_canary() -> None:
+    fleet = canary_at_step_one()
+    crashes = (ContainerCrash("llama-stable-p0", "vllm", 7, oom_killed=True),)
+    fleet.stable = replace(fleet.stable, crashes=crashes)
+    fleet.wait(60)
+    assert fleet.status.current_step == 1
+    fleet.converge()
+    fleet.stable = replace(fleet.stable, crashes=crashes)  # converging made new Deployments' observations
+    fleet.wait(120)
+    assert fleet.status.stable_revision == revision(fleet.spec) and "RolledBack" not in fleet.events
+
+
+def test_crashes_of_another_revisions_pods_are_not_the_canarys() -> None:
+    fleet = canary_at_step_one()
+    fleet.canary = replace(fleet.canary, revision="older", crashes=(ContainerCrash("old-p0", "vllm", 3, True),))
+    fleet.step()
+    assert fleet.status.phase is Phase.PROGRESSING
+
+
+def test_without_auto_rollback_a_crash_pauses_and_a_promote_accepts_the_crashes_so_far() -> None:
+    fleet = canary_at_step_one(autoRollback=False)
+    crashing(fleet, restarts=1, oom=True)
+    decision = fleet.step()
+    assert fleet.status.phase is Phase.PAUSED and decision.canary is not None and not decision.canary_traffic
+    assert "OOMKilled" in next(c.message for c in fleet.status.conditions if c.type == "Progressing")
+    paused, events = fleet.status, len(fleet.events)
+    fleet.wait(600)  # held for a human: no new events, no other move, the canary still off traffic
+    assert fleet.status.phase is Phase.PAUSED and len(fleet.events) == events and fleet.last is not None
+    assert not fleet.last.canary_traffic and fleet.status.canary_revision == paused.canary_revision
+    fleet.commands[Command.PROMOTE.annotation] = "step"
+    fleet.step()
+    assert fleet.status.canary_restarts_accepted == 1 and fleet.status.current_step == 1
+    assert fleet.status.phase is Phase.PROGRESSING
+    crashing(fleet, restarts=3)  # two more than accepted: over the limit of 1 again
+    fleet.step()
+    assert fleet.status.phase is Phase.PAUSED
 
 
 @pytest.mark.parametrize(

@@ -465,6 +465,12 @@ class Guardrails(ApiModel):
     min_requests: Annotated[int, Field(ge=0, le=1_000_000_000)] = 100
     """Finished requests each track needs before latency and errors are judged (more are needed when
     the confidence asks for it: bounding a p95 takes at least 19 z^2 requests)."""
+    max_canary_restarts: Annotated[int, Field(ge=0, le=1000)] = 1
+    """Most container restarts all the canary's pods may have (restartCount, read from the Kubernetes API,
+    not Prometheus, so it holds without one): one more rolls the canary back. The default 1 forgives one
+    transient crash (a node or driver hiccup) while a config that crashes vLLM does so again once
+    restarted and fails at its second restart; 0 fails at the first. An OOM kill of a canary container
+    fails the canary at once, whatever this limit. Stable's restarts are reported beside, never judged."""
 
 
 class HTTPRouteRef(ApiModel):

@@ -161,6 +161,9 @@ class SpeculativeDeploymentStatus(ApiModel):
     provider_error_seconds: int = 0
     """Time the current canary spent in Error verdicts since its last Pass or Fail: `analysis.onProviderError`
     acts when it reaches `onProviderError.after`."""
+    canary_restarts_accepted: Annotated[int, Field(ge=0)] | None = None
+    """Canary container restarts a human accepted by promoting a canary paused for crashing (autoRollback
+    off): only restarts beyond them count against `guardrails.maxCanaryRestarts` and OOM kills."""
     step_ready_seconds: int = 0
     """Time the current step's canary replicas were all Ready before they last lost readiness: the progress
     deadline is pushed back by it, so it bounds the step's total not-Ready time (a flapping canary ends)."""

@@ -12,6 +12,7 @@ Transitions:
     desired == rejected revision ------------------------------> hold on stable         (Aborted | RolledBack)
     desired != stable, canary of another revision or none -----> start a canary         (Progressing)
     canary live: abort, or not Ready by the progress deadline -> traffic to stable, then remove the canary (Aborted)
+    canary live: an OOM kill, or restarts over the limit -------> roll back, or pause if autoRollback is off
     canary live: a failed analysis over the failure limit -----> roll back, or pause if autoRollback is off
     canary live: too long without a verdict -------------------> the onNoData / onProviderError action
     canary live, no baseline (stable 0 Ready, or a 100% route) -> judge, but wait for a human (Paused)
@@ -29,6 +30,7 @@ and dropped with a `CommandIgnored` event, so it never acts on a later canary.
 from specfleet.rollout.decide import decide
 from specfleet.rollout.types import (
     DRAIN,
+    ContainerCrash,
     Decision,
     Event,
     Observation,
@@ -40,6 +42,7 @@ from specfleet.rollout.types import (
 
 __all__ = [
     "DRAIN",
+    "ContainerCrash",
     "Decision",
     "Event",
     "Observation",

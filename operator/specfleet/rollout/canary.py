@@ -18,6 +18,9 @@ from specfleet.rollout.state import Pass
 
 Transition = Callable[[Pass], Pass]
 
+CRASHED = "CanaryCrashed"
+"""The cause of a pause for crashes (condition reason `CanaryCrashedPaused`)."""
+
 
 def start_canary(p: Pass, desired: str) -> Pass:
     previous = p.status.canary_revision
@@ -44,6 +47,7 @@ def progress_canary(p: Pass) -> Pass:
     pipeline: tuple[Transition, ...] = (
         _clamp_step,
         _abort_if_asked,
+        _fail_on_crashes,
         _wait_for_canary,
         _serve,
         _judge,
@@ -73,6 +77,45 @@ def _abort_if_asked(p: Pass) -> Pass:
     if not p.applies(Command.ABORT):
         return p
     return abort(p.acknowledging(Command.ABORT), Outcome.ABORTED, "aborted by the user")
+
+
+def _fail_on_crashes(p: Pass) -> Pass:
+    """A canary container OOM-killed, or the canary's restarts over `guardrails.maxCanaryRestarts`: roll
+    back, or pause for a human when autoRollback is off (a promote then accepts the crashes seen so far).
+
+    The evidence is the pods' status in the Kubernetes API, not Prometheus, so it is judged with or
+    without one (an unguarded canary too), and before readiness (a crashing pod is seldom Ready; waiting
+    would leave it to the progress deadline). It needs no confidence bound: a restart is a count, not a
+    sample, and an OOM kill fails at once whatever the limit, because a config that does not fit its
+    memory (a drafter's weights, a deeper k's buffers) is killed again under the same load. Only pods of
+    the canary revision count, and pods are created for a revision, so these are the crashes since the
+    canary started, read again from the pods after a restart. Stable's restarts are named beside as the
+    baseline, never judged: its pods may be days old, and a broken stable is what a canary may be fixing.
+    """
+    canary, status = p.obs.canary, p.status
+    if _paused_by(p, CRASHED):
+        if not p.applies(Command.PROMOTE):
+            return p.but(canary_traffic=False, decided=True)
+        accepted = canary.restarts if canary.revision == status.canary_revision else 0
+        return p.with_status(canary_restarts_accepted=accepted)  # the promote itself is _end_step's
+    if canary.revision != status.canary_revision or not canary.crashes:
+        return p
+    accepted = status.canary_restarts_accepted
+    new_restarts = canary.restarts - (accepted or 0)
+    limit = p.spec.rollout.guardrails.max_canary_restarts
+    baseline = f"stable pods: {p.obs.stable.restarts} restarts"
+    if canary.oom_kills and (accepted is None or new_restarts > 0):
+        c = canary.oom_kills[0]
+        restart = f" (restart {c.restarts})" if c.restarts else ""
+        reason = f"canary pod {c.pod} container {c.container} was OOMKilled{restart}; {baseline}"
+    elif new_restarts > limit:
+        worst = sorted(canary.crashes, key=lambda c: -c.restarts)[:3]
+        pods = ", ".join(f"pod {c.pod} container {c.container}: {c.restarts}" for c in worst)
+        over = f"over maxCanaryRestarts {limit}"
+        reason = f"canary containers restarted {new_restarts} times, {over} ({pods}); {baseline}"
+    else:
+        return p
+    return fail_canary(p, FallbackAction.ROLLBACK, f"guardrail failed: {reason}", against=True, cause=CRASHED)
 
 
 def _wanted(p: Pass) -> int:
@@ -272,9 +315,11 @@ def _no_verdict(p: Pass, analysis: Analysis, previous: Analysis | None) -> Pass:
     return p
 
 
+def _paused_by(p: Pass, cause: str) -> bool:
+    """Whether the canary is paused by `fail_canary` for this cause (autoRollback off)."""
+    return any(c.type == ConditionType.PROGRESSING and c.reason == f"{cause}Paused" for c in p.status.conditions)
+
+
 def _paused_after_failure(p: Pass) -> bool:
     """A canary paused by a failure (autoRollback off) waits for a human: a promote for it lifts the pause."""
-    paused = any(
-        c.type == ConditionType.PROGRESSING and c.reason == "AnalysisFailedPaused" for c in p.status.conditions
-    )
-    return paused and not p.applies(Command.PROMOTE)
+    return _paused_by(p, "AnalysisFailed") and not p.applies(Command.PROMOTE)

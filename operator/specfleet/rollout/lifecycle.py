@@ -14,6 +14,7 @@ FRESH_EVIDENCE = {
     "unjudged_since": None,
     "no_data_seconds": 0,
     "provider_error_seconds": 0,
+    "canary_restarts_accepted": None,
 }
 """What a canary has measured and counted: nothing, when a canary starts or ends."""
 
@@ -23,15 +24,23 @@ def step_label(p: Pass) -> str:
     return f"step {index + 1}/{len(steps)} ({steps[index].weight}%)"
 
 
-def fail_canary(p: Pass, action: FallbackAction, reason: str) -> Pass:
+def fail_canary(
+    p: Pass, action: FallbackAction, reason: str, *, against: bool | None = None, cause: str = "AnalysisFailed"
+) -> Pass:
     """Roll back, or pause for a human: a canary paused after a Fail loses its traffic (stable covers it),
-    one paused for lack of a verdict keeps it (nothing is known against it)."""
+    one paused for lack of a verdict keeps it (nothing is known against it).
+
+    `against` says whether evidence is against the canary (default: its last analysis is a Fail); `cause`
+    names the pause in the Progressing condition (`<cause>Paused`), which a promote lifts.
+    """
     if action is FallbackAction.ROLLBACK and p.spec.rollout.auto_rollback:
         return abort(p, Outcome.ROLLED_BACK, reason)
-    last = p.status.last_analysis
+    if against is None:
+        last = p.status.last_analysis
+        against = last is not None and last.verdict is Verdict.FAIL
     return (
-        p.but(canary_traffic=last is None or last.verdict is not Verdict.FAIL, decided=True)
-        .in_phase(Phase.PAUSED, True, "AnalysisFailedPaused", f"{reason}; promote or abort with kubectl specfleet")
+        p.but(canary_traffic=not against, decided=True)
+        .in_phase(Phase.PAUSED, True, f"{cause}Paused", f"{reason}; promote or abort with kubectl specfleet")
         .with_event("Paused", reason, warning=True)
     )
 

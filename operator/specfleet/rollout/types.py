@@ -18,6 +18,18 @@ DRAIN = timedelta(seconds=10)
 
 
 @dataclass(frozen=True)
+class ContainerCrash:
+    """A container of a pod that restarted or was OOM-killed, as its pod's status reports it."""
+
+    pod: str
+    container: str
+    restarts: int = 0
+    """The kubelet's restartCount: restarts since the pod was created."""
+    oom_killed: bool = False
+    """Its current or last termination was `OOMKilled` (the kernel's OOM killer, or a memory limit)."""
+
+
+@dataclass(frozen=True)
 class TrackObservation:
     """One track's Deployment as the API server reports it (all zero when there is none)."""
 
@@ -27,6 +39,19 @@ class TrackObservation:
     """The Deployment controller has rolled every replica to the current template."""
     unschedulable: str = ""
     """The scheduler's message for a Pending pod of this track, e.g. `Insufficient amd.com/gpu`."""
+    crashes: tuple[ContainerCrash, ...] = ()
+    """Containers of the track's pods at `revision` that restarted or were OOM-killed. Pods of a revision
+    are created for it, so for a canary these are the crashes since it started."""
+
+    @property
+    def restarts(self) -> int:
+        """Container restarts over the track's pods at `revision`."""
+        return sum(c.restarts for c in self.crashes)
+
+    @property
+    def oom_kills(self) -> tuple[ContainerCrash, ...]:
+        """Containers whose current or last termination was an OOM kill."""
+        return tuple(c for c in self.crashes if c.oom_killed)
 
 
 @dataclass(frozen=True)
