@@ -222,11 +222,18 @@ def test_revision_ignores_replicas_and_rollout_settings() -> None:
         {"engine": {"image": "registry.local/vllm:custom"}},
         {"engine": {"env": [{"name": "VLLM_ROCM_USE_AITER", "value": "1"}]}},
         {"accelerator": {"productNames": ["AMD_Instinct_MI355_OAM"]}},
+        {"engine": {"quantization": "fp8"}},
+        {"engine": {"dtype": "float16"}},
+        {"engine": {"vllmVersion": "0.24.0"}},
+        {"engine": {"extraArgs": ["--tokenizer", "meta-llama/Llama-3.1-8B-Instruct", "--tokenizer-revision", "v2"]}},
     ],
-    ids=["depth", "drafter", "model-revision", "image", "env", "gpu"],
+    ids=["depth", "drafter", "model-revision", "image", "env", "gpu", "quantization", "dtype", "engine", "tokenizer"],
 )
 def test_revision_changes_with_serving_behaviour(patch: dict[str, Any]) -> None:
-    assert revision(sdep({"spec": patch}).spec) != revision(sdep().spec)
+    """Issue 16: a change of model revision, tokenizer, quantization, GPU product or engine version is a new
+    revision, so it is canaried (measured again) like a change of the speculative config."""
+    changed = sdep({"spec": patch})
+    assert revision(changed.spec) != revision(sdep().spec)
 
 
 def test_revision_is_deterministic_and_short() -> None:
