@@ -14,7 +14,11 @@ What is judged, and why (facts from vLLM's source, see docs/judge.md):
   speculative step emits several tokens), so it is only an optional absolute stutter ceiling;
 - acceptance: alpha = drafts whose first token was accepted / drafts, which does not depend on k (the
   accepted/drafted ratio is E[accepted] / k and falls as k grows);
-- errors: the canary's error rate against stable's; client aborts are not errors.
+- errors: the canary's error rate against stable's; client aborts are not errors;
+- throughput (optional): the share of offered requests each track completes (finished + growth of the
+  waiting queue), canary against stable at comparable per-pod load: a canary that cannot keep up leaves
+  a growing queue, while at the same offered load a healthy one completes what arrives, as stable does;
+- queue time and KV-cache usage: reported for both tracks, with optional absolute ceilings on the canary.
 
 Each analysis is one look of a sequential test: look n spends (1 - confidence) / (n (n + 1)) of the
 false-failure budget, split over the guardrails (`specfleet.stats`).
@@ -58,6 +62,8 @@ class TrackEvidence:
     step_latency: Binned | None = None
     """`vllm:inter_token_latency_seconds`, one observation per request per engine step."""
     ttft: Binned | None = None
+    queue_time: Binned | None = None
+    """`vllm:request_queue_time_seconds`, one observation per finished request."""
     finished: Mapping[str, float] = field(default_factory=dict)
     """Finished requests by `finished_reason`."""
     drafts: float | None = None
@@ -65,6 +71,11 @@ class TrackEvidence:
     accepted_tokens: float | None = None
     accepted_per_position: tuple[float, ...] = ()
     generation_tokens: float | None = None
+    preemptions: float | None = None
+    waiting_growth: float | None = None
+    """Growth of the waiting queue (`vllm:num_requests_waiting`, summed over pods) over the range."""
+    kv_cache_usage_mean: float | None = None
+    kv_cache_usage_max: float | None = None
     request_rate_per_pod: tuple[float, ...] = ()
     seconds: float = 0.0
 
@@ -81,6 +92,23 @@ class TrackEvidence:
     def per_pod_load(self) -> float | None:
         rates = self.request_rate_per_pod
         return sum(rates) / len(rates) if rates else None
+
+    @property
+    def offered(self) -> float | None:
+        """Requests that arrived over the range: finished, plus those still waiting that were not before.
+
+        Running requests are left out: their number is bounded by the batch and ramps up with every new
+        step's traffic, while the waiting queue grows without bound only when a pod cannot keep up.
+        """
+        return None if self.waiting_growth is None else self.requests + max(0.0, self.waiting_growth)
+
+    @property
+    def served_fraction(self) -> float | None:
+        return _ratio(self.requests, self.offered)
+
+    def per_pod_second(self, count: float | None) -> float | None:
+        pods = len(self.request_rate_per_pod)
+        return _ratio(count, self.seconds * pods) if pods else None
 
 
 @dataclass(frozen=True)
@@ -132,6 +160,12 @@ def measurements(evidence: TrackEvidence) -> Measurements:
         error_rate=_rounded(_ratio(e.errors, e.requests)),
         generation_tokens_per_second=_rounded(_ratio(e.generation_tokens, e.seconds), 3),
         requests_per_pod_per_second=_rounded(e.per_pod_load, 4),
+        generation_tokens_per_pod_per_second=_rounded(e.per_pod_second(e.generation_tokens), 3),
+        served_fraction=_rounded(e.served_fraction, 4),
+        queue_time_p95_seconds=_rounded(_quantile(e.queue_time, LATENCY_QUANTILE)),
+        kv_cache_usage_mean=_rounded(e.kv_cache_usage_mean, 4),
+        kv_cache_usage_max=_rounded(e.kv_cache_usage_max, 4),
+        preemptions_per_second=_rounded(_ratio(e.preemptions, e.seconds), 4),
         draft_tokens=_rounded(e.draft_tokens, 1),
         requests=_rounded(e.requests, 1),
     )
@@ -139,6 +173,10 @@ def measurements(evidence: TrackEvidence) -> Measurements:
 
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.2f} ms" if seconds < 0.01 else f"{seconds * 1000:.1f} ms"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.2f} s" if seconds >= 1 else _ms(seconds)
 
 
 def _pct(value: float) -> str:
@@ -260,6 +298,68 @@ def _step_latency(ctx: _Context, ceiling: float) -> _Check:
     return _Check(Verdict.PASS, f"{text}, ceiling {_ms(ceiling)}")
 
 
+def _throughput(ctx: _Context, limit: float) -> _Check:
+    """The share of offered requests the canary completes against stable's: a binomial bound on each share
+    (offered requests are the trials), the two combined on the log of their ratio as for latency."""
+    g, c, s = ctx.guardrails, ctx.canary, ctx.stable
+    if s.requests < g.min_requests:
+        return _Check(Verdict.INCONCLUSIVE, f"{s.requests:.0f} stable requests (need {g.min_requests}) for throughput")
+    c_offered, s_offered = c.offered, s.offered
+    if c_offered is None or s_offered is None:
+        which = "canary" if c_offered is None else "stable"
+        return _Check(Verdict.INCONCLUSIVE, f"no waiting-queue gauge for the {which} track: throughput not judged")
+    if c.requests <= 0 or s.requests <= 0:
+        return _Check(Verdict.INCONCLUSIVE, "no finished requests to judge throughput on")
+    c_share, s_share = c.requests / c_offered, s.requests / s_offered
+    _, c_upper = wilson_bounds(c.requests, c_offered, ctx.z)
+    s_lower, _ = wilson_bounds(s.requests, s_offered, ctx.z)
+    ratio = c_share / s_share
+    error = math.hypot(math.log(c_upper / c_share), math.log(s_share / s_lower))
+    drop, lowest = 1 - ratio, -math.expm1(math.log(ratio) + error)
+    text = f"completed {c_share:.1%} of offered requests vs stable {s_share:.1%}"
+    c_rate, s_rate = c.per_pod_second(c_offered), s.per_pod_second(s_offered)
+    load = c_rate / s_rate if c_rate is not None and s_rate else None
+    if c_rate is not None and s_rate is not None:
+        text += f" at {c_rate:.2f} vs {s_rate:.2f} offered requests/s per pod"
+    c_tokens, s_tokens = c.per_pod_second(c.generation_tokens), s.per_pod_second(s.generation_tokens)
+    if c_tokens is not None and s_tokens is not None:
+        text += f" ({c_tokens:.0f} vs {s_tokens:.0f} output tokens/s per pod)"
+    text += f": drop {drop:.1%}, lower {ctx.confidence} bound {lowest:.1%}"
+    if lowest > limit:
+        if load is not None and load > 1 + LOAD_TOLERANCE:
+            return _Check(Verdict.INCONCLUSIVE, f"{text}, but canary pods were offered {load:.2f}x stable's load")
+        return _Check(Verdict.FAIL, f"{text} > limit {limit:.0%}")
+    if drop > limit:
+        return _Check(Verdict.INCONCLUSIVE, f"{text}: above the limit {limit:.0%}, not yet surely")
+    if load is not None and load < 1 / (1 + LOAD_TOLERANCE):
+        return _Check(Verdict.INCONCLUSIVE, f"{text}, but canary pods were offered only {load:.2f}x stable's load")
+    return _Check(Verdict.PASS, f"{text}, limit {limit:.0%}")
+
+
+def _queue_time(ctx: _Context, ceiling: float) -> _Check:
+    data = ctx.canary.queue_time
+    if data is None or data.total <= 0:
+        return _Check(Verdict.INCONCLUSIVE, "no queue time histogram for the canary")
+    q = quantile_bounds(data, LATENCY_QUANTILE, ctx.z)
+    text = f"queue time p95 {_duration(q.estimate)} (lower {ctx.confidence} bound {_duration(q.lower)})"
+    if q.lower > ceiling:
+        return _Check(Verdict.FAIL, f"{text} > ceiling {_duration(ceiling)}")
+    if q.estimate > ceiling:
+        return _Check(Verdict.INCONCLUSIVE, f"{text}: above the ceiling {_duration(ceiling)}, not yet surely")
+    return _Check(Verdict.PASS, f"{text}, ceiling {_duration(ceiling)}")
+
+
+def _kv_cache(ctx: _Context, ceiling: float) -> _Check:
+    """A level read from a gauge, not a sample of requests: judged on its average over the range."""
+    mean, peak = ctx.canary.kv_cache_usage_mean, ctx.canary.kv_cache_usage_max
+    if mean is None or not 0 <= mean <= 1:
+        return _Check(Verdict.INCONCLUSIVE, "no KV-cache usage gauge for the canary")
+    text = f"KV-cache usage {mean:.0%} on average" + (f" (max {peak:.0%})" if peak is not None else "")
+    if mean > ceiling:
+        return _Check(Verdict.FAIL, f"{text} > ceiling {ceiling:.0%}")
+    return _Check(Verdict.PASS, f"{text}, ceiling {ceiling:.0%}")
+
+
 def _errors(ctx: _Context) -> list[_Check]:
     g, c, s = ctx.guardrails, ctx.canary, ctx.stable
     checks = []
@@ -301,17 +401,24 @@ def judge(
 ) -> Judgement:
     """Judge the canary's evidence against the guardrails and against stable's evidence over the same range."""
     g = guardrails
-    tests = 2 + int(speculative) + int(g.max_error_rate is not None) + int(g.max_step_latency_p95_seconds is not None)
+    optional = (g.max_error_rate, g.max_step_latency_p95_seconds, g.max_throughput_drop, g.max_queue_time_p95_seconds)
+    tests = 2 + int(speculative) + sum(limit is not None for limit in optional)
     ctx = _Context(g, canary, stable, look_error(1 - confidence, max(1, look)) / tests, f"{confidence * 100:g}%")
     checks: list[_Check] = []
     if speculative:
         checks.append(_acceptance(ctx))
+    if g.max_kv_cache_usage is not None:
+        checks.append(_kv_cache(ctx, g.max_kv_cache_usage))
     if canary.requests < g.min_requests:
         checks.append(_Check(Verdict.INCONCLUSIVE, f"{canary.requests:.0f} canary requests (need {g.min_requests})"))
     else:
         checks.append(_token_latency(ctx))
         if g.max_step_latency_p95_seconds is not None:
             checks.append(_step_latency(ctx, g.max_step_latency_p95_seconds))
+        if g.max_queue_time_p95_seconds is not None:
+            checks.append(_queue_time(ctx, g.max_queue_time_p95_seconds))
+        if g.max_throughput_drop is not None:
+            checks.append(_throughput(ctx, g.max_throughput_drop))
         checks.extend(_errors(ctx))
     verdict = next(
         (v for v in (Verdict.FAIL, Verdict.INCONCLUSIVE) if any(c.verdict is v for c in checks)), Verdict.PASS

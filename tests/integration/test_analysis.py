@@ -57,6 +57,11 @@ def test_a_good_eagle3_canary_against_a_plain_stable_is_promoted(
     assert measured["tokenLatencyP95Seconds"] < plain["tokenLatencyP95Seconds"]
     assert measured["stepLatencyP95Seconds"] > plain["stepLatencyP95Seconds"]  # a step emits several tokens
     assert "acceptanceAlpha" not in plain
+    for track in (measured, plain):  # serving pressure, reported whatever the limits
+        assert 0 <= track["kvCacheUsageMean"] <= track["kvCacheUsageMax"] <= 1
+        assert track["queueTimeP95Seconds"] >= 0 and track["generationTokensPerPodPerSecond"] > 0
+        assert track["servedFraction"] > 0.9  # both keep up with their load
+        assert "preemptionsPerSecond" not in track  # the simulator never preempts, nor exposes the counter
     assert any(r.startswith("per-token p95") for r in analysis["reasons"])
     assert last_outcome(fleet)["outcome"] == "Promoted"
 
@@ -154,6 +159,24 @@ def test_an_a_a_canary_is_promoted_not_rolled_back(
     fleet.patch_spec("llama", {"engine": {"tensorParallelSize": 2, "env": [{"name": "SPECFLEET_AA", "value": "1"}]}})
     canary = wait_for("a canary", lambda: (c := fleet.status("llama").get("canaryRevision")) != stable and c)
     wait_for("promotion", lambda: fleet.status("llama").get("stableRevision") == canary, timeout=180)
+    assert [h["outcome"] for h in fleet.status("llama")["history"]] == ["Promoted"]
+
+
+def test_an_a_a_canary_keeps_up_with_stable_under_the_throughput_and_kv_guardrails(
+    guarded_operator: Operator, simulator: Simulator, fleet: Fleet
+) -> None:
+    """Same config, same load per pod: both tracks complete what they are offered, with room in the KV cache."""
+    guardrails = {**ROLLOUT["guardrails"], "maxThroughputDrop": 0.1, "maxKvCacheUsage": 0.95}
+    fleet.apply(sdep(rollout={**ROLLOUT, "guardrails": guardrails}, speculative=EAGLE3_K5))
+    stable = wait_for("Healthy", fleet.phase_is("llama", "Healthy"), timeout=90)["stableRevision"]
+    fleet.patch_spec("llama", {"engine": {"tensorParallelSize": 2, "env": [{"name": "SPECFLEET_AA", "value": "1"}]}})
+    canary = wait_for("a canary", lambda: (c := fleet.status("llama").get("canaryRevision")) != stable and c)
+    status = wait_for(
+        "promotion", lambda: (s := fleet.status("llama")).get("stableRevision") == canary and s, timeout=180
+    )
+    reasons = status["lastAnalysis"]["reasons"]
+    assert any(r.startswith("completed") and "limit 10%" in r for r in reasons), reasons
+    assert any(r.startswith("KV-cache usage") and "ceiling 95%" in r for r in reasons), reasons
     assert [h["outcome"] for h in fleet.status("llama")["history"]] == ["Promoted"]
 
 

@@ -4,31 +4,46 @@ evidence start, and Prometheus failures become an Error verdict."""
 import math
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.status import SpeculativeDeploymentStatus, Verdict
 from specfleet.controller.analysis import analyze
 from specfleet.metrics.prometheus import ProviderError
 
-from bad_specs import BASE
+from bad_specs import BASE, merged
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 STATUS = SpeculativeDeploymentStatus(
     stable_revision="s1", canary_revision="c1", current_step=0, analyses=2, evidence_since=NOW - timedelta(minutes=1)
 )
+QUEUE_TIME = {"0.3": 990.0, "0.5": 1000.0, "+Inf": 1000.0}
 LATENCY = {"0.004": 100.0, "0.005": 900.0, "0.0053": 960.0, "0.0056": 990.0, "0.006": 1000.0, "+Inf": 1000.0}
 
 
 class Answers:
     """Prometheus as a table: what each kind of query answers, the same for both tracks unless told."""
 
-    def __init__(self, canary_first_position: float = 1600.0, fail: bool = False) -> None:
+    def __init__(
+        self, canary_first_position: float = 1600.0, fail: bool = False, missing: tuple[str, ...] = ()
+    ) -> None:
         self.first, self.fail, self.queries, self.times = canary_first_position, fail, [], set()
+        self.missing = missing
+        """Metrics Prometheus has no series of (an empty answer, or NaN: both reach the judge as None)."""
 
     def scalar(self, query: str, at: float | None = None) -> float | None:
         self.queries.append(query)
         self.times.add(at)
         if self.fail:
             raise ProviderError("Prometheus at http://x: connection refused")
+        if any(metric in query for metric in self.missing):
+            return None
+        if "num_requests_waiting" in query:
+            return 3.0
+        if "kv_cache_usage_perc" in query:
+            return 0.9 if "max_over_time" in query else 0.45
+        if "num_preemptions_total" in query:
+            return 6.0
         if "num_drafts_total" in query:
             return 2000.0
         if "num_draft_tokens_total" in query:
@@ -40,9 +55,11 @@ class Answers:
     def by_label(self, query: str, label: str, at: float | None = None) -> dict[str, float]:
         self.queries.append(query)
         self.times.add(at)
+        if any(metric in query for metric in self.missing):
+            return {}
         canary = 'specfleet_io_track="canary"' in query
         answers = {
-            "le": LATENCY,
+            "le": QUEUE_TIME if "queue_time" in query else LATENCY,
             "position": {"0": self.first if canary else 1600.0, "1": 1200.0, "2": 800.0, "3": 400.0},
             "finished_reason": {"stop": 990.0, "length": 10.0, "error": 0.0, "abort": 5.0},
             "pod": {"pod-a": 3.3},
@@ -50,8 +67,9 @@ class Answers:
         return answers[label]
 
 
-def run(answers: Answers) -> tuple:
-    return answers, analyze(answers, SpeculativeDeployment.from_mapping(BASE), STATUS, NOW)
+def run(answers: Answers, guardrails: dict | None = None) -> tuple:
+    spec = merged(BASE, {"spec": {"rollout": {"guardrails": guardrails or {}}}})
+    return answers, analyze(answers, SpeculativeDeployment.from_mapping(spec), STATUS, NOW)
 
 
 def test_a_pass_carries_both_tracks_measurements_and_its_look() -> None:
@@ -83,3 +101,28 @@ def test_low_acceptance_fails_with_its_bound() -> None:
 def test_an_unreachable_prometheus_is_an_error_verdict_not_an_exception() -> None:
     _, analysis = run(Answers(fail=True))
     assert analysis.verdict is Verdict.ERROR and "connection refused" in analysis.reasons[0]
+
+
+def test_queue_time_kv_cache_and_throughput_are_measured_for_both_tracks() -> None:
+    _, analysis = run(Answers())
+    for track in (analysis.canary, analysis.stable):
+        assert track.queue_time_p95_seconds is not None and track.queue_time_p95_seconds < 0.3
+        assert track.kv_cache_usage_mean == 0.45 and track.kv_cache_usage_max == 0.9
+        assert track.preemptions_per_second == 0.1  # 6 in 60 s
+        assert track.served_fraction == round(1000 / 1003, 4)  # 3 more requests waiting at the end
+        assert track.generation_tokens_per_pod_per_second is not None
+
+
+@pytest.mark.parametrize("missing", ["num_requests_waiting", "kv_cache_usage_perc"])
+def test_missing_queue_or_kv_series_leave_their_guardrails_inconclusive(missing: str) -> None:
+    limits = {"maxThroughputDrop": 0.1, "maxKvCacheUsage": 0.9}
+    _, analysis = run(Answers(missing=(missing,)), limits)
+    assert analysis.verdict is Verdict.INCONCLUSIVE, analysis.reasons
+    assert len(analysis.reasons) == 1 and analysis.reasons[0].startswith("no ")
+
+
+def test_missing_queue_kv_and_preemption_series_change_nothing_when_no_limit_is_set() -> None:
+    missing = ("num_requests_waiting", "kv_cache_usage_perc", "num_preemptions_total", "queue_time")
+    _, analysis = run(Answers(missing=missing))
+    assert analysis.verdict is Verdict.PASS, analysis.reasons
+    assert analysis.canary.kv_cache_usage_mean is None and analysis.canary.preemptions_per_second is None

@@ -5,6 +5,7 @@ output token), binned on the rendered bucket layout as Prometheus would hold the
 the effect, never the number the judge should see.
 """
 
+import dataclasses
 import math
 import random
 
@@ -214,3 +215,182 @@ def test_a_canary_without_speculation_is_judged_on_latency_and_errors_only() -> 
     result = verdict_of(track(seed=32), track(seed=33))
     assert result.verdict is Verdict.PASS
     assert not any("acceptance" in r for r in result.reasons)
+
+
+# Serving capacity: throughput at comparable load, queue time, KV-cache pressure.
+
+VLLM_REQUEST_LATENCY_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0)
+CAPACITY_GUARDS = Guardrails(max_throughput_drop=0.1)
+
+
+def serving(
+    *,
+    seed: int,
+    offered: float,
+    capacity: float,
+    pods: int = 1,
+    seconds: float = 300.0,
+    wait_s: float = 0.05,
+    kv_cache: float | None = 0.4,
+    output_tokens: int = 200,
+) -> TrackEvidence:
+    """A track whose `pods` are each offered `offered` requests/s (Poisson) and can complete `capacity`.
+
+    Below capacity a pod completes what arrives and its waiting queue only jitters; above, it completes
+    at capacity and the rest waits. Each finished request waited about `wait_s` before being scheduled.
+    """
+    rng = random.Random(seed)
+    arrivals = sum(_poisson(rng, offered * seconds) for _ in range(pods))
+    if offered < capacity:
+        growth = sum(rng.randint(-3, 3) for _ in range(pods))
+        completed = arrivals - max(0, growth)
+    else:
+        completed = min(arrivals, sum(_poisson(rng, capacity * seconds) for _ in range(pods)))
+        growth = arrivals - completed
+    base = track(seed=seed, requests=completed)
+    waits = [rng.expovariate(1 / wait_s) for _ in range(completed)]
+    return dataclasses.replace(
+        base,
+        queue_time=_binned(waits, VLLM_REQUEST_LATENCY_BUCKETS),
+        generation_tokens=float(completed * output_tokens),
+        waiting_growth=float(growth),
+        kv_cache_usage_mean=kv_cache,
+        kv_cache_usage_max=None if kv_cache is None else min(1.0, kv_cache * 1.5),
+        preemptions=0.0,
+        request_rate_per_pod=(completed / seconds / pods,) * pods,
+        seconds=seconds,
+    )
+
+
+def _poisson(rng: random.Random, mean: float) -> int:
+    return max(0, round(rng.gauss(mean, math.sqrt(mean))))
+
+
+def _reason(result, start: str) -> str:
+    return next(r for r in result.reasons if r.startswith(start))
+
+
+@pytest.mark.parametrize("limit", [0.1, 0.0])
+def test_an_a_a_canary_never_fails_on_throughput(limit: float) -> None:
+    guards = Guardrails(max_throughput_drop=limit)
+    for seed in range(40):
+        canary = serving(seed=seed, offered=4.0, capacity=6.0)
+        stable = serving(seed=1000 + seed, offered=4.0, capacity=6.0, pods=3)
+        result = verdict_of(canary, stable, guards=guards)
+        assert not any(r.startswith("completed") and "> limit" in r for r in result.reasons), result.reasons
+
+
+def test_an_a_a_canary_passes_with_throughput_queue_and_kv_limits_set() -> None:
+    guards = Guardrails(max_throughput_drop=0.1, max_queue_time_p95_seconds=1.0, max_kv_cache_usage=0.9)
+    result = verdict_of(
+        serving(seed=1, offered=4.0, capacity=6.0), serving(seed=2, offered=4.0, capacity=6.0), guards=guards
+    )
+    assert result.verdict is Verdict.PASS, result.reasons
+    assert "limit 10%" in _reason(result, "completed")
+    assert "output tokens/s per pod" in _reason(result, "completed")
+    assert "ceiling 1.00 s" in _reason(result, "queue time p95")
+    assert "ceiling 90%" in _reason(result, "KV-cache usage")
+
+
+def test_a_saturated_canary_fails_throughput_with_its_bound() -> None:
+    """Offered 4 requests/s per pod, the canary's config lets a pod complete only 3 (a drafter that eats KV)."""
+    canary = serving(seed=3, offered=4.0, capacity=3.0)
+    stable = serving(seed=4, offered=4.0, capacity=6.0, pods=3)
+    result = verdict_of(canary, stable, guards=CAPACITY_GUARDS)
+    assert result.verdict is Verdict.FAIL
+    assert "> limit 10%" in _reason(result, "completed")
+    assert result.canary.served_fraction is not None and result.stable.served_fraction is not None
+    assert result.canary.served_fraction < 0.8 < 0.99 < result.stable.served_fraction
+
+
+def test_a_saturated_canary_passes_when_the_guardrail_is_unset() -> None:
+    result = verdict_of(serving(seed=3, offered=4.0, capacity=3.0), serving(seed=4, offered=4.0, capacity=6.0))
+    assert not any(r.startswith("completed") for r in result.reasons)
+    assert result.verdict is not Verdict.FAIL
+
+
+def test_a_slightly_saturated_canary_on_thin_evidence_is_inconclusive() -> None:
+    """30 s of traffic: the canary completes 15% less than it is offered, but that is not yet sure."""
+    canary = serving(seed=5, offered=4.0, capacity=3.4, seconds=30.0)
+    stable = serving(seed=6, offered=4.0, capacity=6.0, seconds=30.0)
+    result = verdict_of(canary, stable, guards=Guardrails(max_throughput_drop=0.1, min_requests=50))
+    assert result.verdict is Verdict.INCONCLUSIVE, result.reasons
+    assert "not yet surely" in _reason(result, "completed")
+
+
+def test_too_few_requests_leave_throughput_unjudged() -> None:
+    canary = serving(seed=7, offered=0.2, capacity=0.1)
+    stable = serving(seed=8, offered=0.2, capacity=6.0)
+    result = verdict_of(canary, stable, guards=Guardrails(max_throughput_drop=0.1, min_requests=100))
+    assert result.verdict is Verdict.INCONCLUSIVE
+    assert not any(r.startswith("completed") for r in result.reasons)
+
+
+def test_a_canary_offered_less_than_stable_cannot_pass_throughput() -> None:
+    canary = serving(seed=9, offered=2.0, capacity=6.0)
+    stable = serving(seed=10, offered=4.0, capacity=6.0)
+    result = verdict_of(canary, stable, guards=CAPACITY_GUARDS)
+    assert result.verdict is Verdict.INCONCLUSIVE
+    assert "but canary pods were offered only 0.4" in _reason(result, "completed")
+
+
+def test_a_canary_offered_more_than_stable_cannot_fail_throughput() -> None:
+    """Traffic split by weight: one canary pod takes twice a stable pod's share, beyond what either can serve."""
+    canary = serving(seed=11, offered=8.0, capacity=6.0)
+    stable = serving(seed=12, offered=4.0, capacity=6.0, pods=3)
+    result = verdict_of(canary, stable, guards=CAPACITY_GUARDS)
+    assert result.verdict is Verdict.INCONCLUSIVE
+    assert "but canary pods were offered 1.9" in _reason(result, "completed")
+
+
+@pytest.mark.parametrize("track_without_gauge", ["canary", "stable"])
+def test_no_waiting_queue_gauge_leaves_throughput_inconclusive(track_without_gauge: str) -> None:
+    tracks = {
+        "canary": serving(seed=13, offered=4.0, capacity=6.0),
+        "stable": serving(seed=14, offered=4.0, capacity=6.0),
+    }
+    tracks[track_without_gauge] = dataclasses.replace(tracks[track_without_gauge], waiting_growth=None)
+    result = verdict_of(tracks["canary"], tracks["stable"], guards=CAPACITY_GUARDS)
+    assert result.verdict is Verdict.INCONCLUSIVE
+    assert result.reasons == (f"no waiting-queue gauge for the {track_without_gauge} track: throughput not judged",)
+
+
+def test_a_queue_time_ceiling_fails_a_canary_whose_requests_wait() -> None:
+    guards = Guardrails(max_queue_time_p95_seconds=1.0)
+    canary = serving(seed=15, offered=4.0, capacity=6.0, wait_s=3.0)
+    result = verdict_of(canary, serving(seed=16, offered=4.0, capacity=6.0), guards=guards)
+    assert result.verdict is Verdict.FAIL
+    assert "> ceiling 1.00 s" in _reason(result, "queue time p95")
+    assert result.canary.queue_time_p95_seconds is not None and result.canary.queue_time_p95_seconds > 5
+
+
+def test_a_kv_cache_ceiling_fails_a_canary_under_sustained_pressure() -> None:
+    guards = Guardrails(max_kv_cache_usage=0.9)
+    canary = serving(seed=17, offered=4.0, capacity=6.0, kv_cache=0.97)
+    result = verdict_of(canary, serving(seed=18, offered=4.0, capacity=6.0), guards=guards)
+    assert result.verdict is Verdict.FAIL
+    assert _reason(result, "KV-cache usage") == "KV-cache usage 97% on average (max 100%) > ceiling 90%"
+
+
+def test_unset_queue_and_kv_limits_never_fail_but_are_reported() -> None:
+    canary = serving(seed=19, offered=4.0, capacity=6.0, wait_s=5.0, kv_cache=1.0)
+    result = verdict_of(canary, serving(seed=20, offered=4.0, capacity=6.0))
+    assert result.verdict is Verdict.PASS, result.reasons
+    assert result.canary.kv_cache_usage_mean == 1.0 and result.canary.queue_time_p95_seconds is not None
+    assert result.canary.preemptions_per_second == 0.0
+
+
+@pytest.mark.parametrize("kv_cache", [None, math.nan, 1.7])
+def test_an_odd_kv_cache_answer_is_inconclusive(kv_cache: float | None) -> None:
+    canary = serving(seed=21, offered=4.0, capacity=6.0, kv_cache=kv_cache)
+    result = verdict_of(canary, serving(seed=22, offered=4.0, capacity=6.0), guards=Guardrails(max_kv_cache_usage=0.9))
+    assert result.verdict is Verdict.INCONCLUSIVE
+    assert result.reasons == ("no KV-cache usage gauge for the canary",)
+
+
+def test_no_queue_time_histogram_is_inconclusive() -> None:
+    canary = dataclasses.replace(serving(seed=23, offered=4.0, capacity=6.0), queue_time=None)
+    guards = Guardrails(max_queue_time_p95_seconds=1.0)
+    result = verdict_of(canary, serving(seed=24, offered=4.0, capacity=6.0), guards=guards)
+    assert result.verdict is Verdict.INCONCLUSIVE
+    assert result.reasons == ("no queue time histogram for the canary",)

@@ -2,6 +2,8 @@
 
 from specfleet.metrics import promql
 from specfleet.metrics.alerts import RULES
+from specfleet.sim.engine import Metrics
+from specfleet.sim.exposition import families
 
 SELECTOR = promql.TrackSelector("ns", "llama", "canary", "abc123")
 
@@ -53,3 +55,25 @@ def test_alert_rules_are_well_formed() -> None:
     assert alpha["for"] == "5m" and '{position="0"}' in str(alpha["expr"]) and "< 0.6" in str(alpha["expr"])
     latency = next(r for r in RULES if r["alert"] == "SpecfleetCanaryTokenLatencyWorseThanStable")
     assert "request_time_per_output_token" in str(latency["expr"])
+
+
+def test_queue_kv_and_preemptions_are_read_from_vllms_own_series() -> None:
+    assert promql.HISTOGRAMS["queue_time"] == "vllm:request_queue_time_seconds"
+    assert promql.COUNTERS["preemptions"] == "vllm:num_preemptions_total"
+    gauges = promql.gauges(SELECTOR, "5m")
+    assert gauges["waiting_growth"] == f"sum(delta(vllm:num_requests_waiting{SELECTOR.matchers()}[5m]))"
+    assert gauges["kv_cache_usage_mean"] == f"avg(avg_over_time(vllm:kv_cache_usage_perc{SELECTOR.matchers()}[5m]))"
+    assert gauges["kv_cache_usage_max"] == f"max(max_over_time(vllm:kv_cache_usage_perc{SELECTOR.matchers()}[5m]))"
+
+
+def test_every_series_the_judge_reads_is_one_the_simulator_exposes_or_a_known_gap() -> None:
+    """Preemptions are the gap: the simulator never preempts, so the judge reports them only from vLLM."""
+    exposed = {f.name for f in families(Metrics(k=4), "m", speculative=True, created=0.0)}
+    exposed |= {f"{name}_total" for name in exposed}
+    read = {
+        *promql.COUNTERS.values(),
+        *promql.HISTOGRAMS.values(),
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+    }
+    assert read - exposed == {"vllm:num_preemptions_total"}

@@ -460,6 +460,22 @@ class Guardrails(ApiModel):
     (0.01 = one percentage point). Client aborts are not errors."""
     max_error_rate: Fraction | None = None
     """Optional absolute ceiling on the canary's error rate."""
+    max_throughput_drop: Fraction | None = None
+    """Optional: largest drop of the share of offered requests the canary completes, against stable's at
+    comparable per-pod load (0.1 = the canary leaves 10% more of its requests waiting). Offered = finished
+    + growth of vLLM's waiting queue: under the same per-pod load both tracks complete what arrives
+    unless one cannot keep up, so this catches a config that lowers a pod's capacity (a drafter that
+    eats the KV cache, a k too deep at high concurrency) even when the per-token latency of the requests
+    it does serve looks fine (queue time is not in it). Unset by default until the judge benchmark
+    measures its false-failure rate; 0.1 is a tolerant setting (an A/A canary completes the same share)."""
+    max_queue_time_p95_seconds: Annotated[float, Field(gt=0, le=86400)] | None = None
+    """Optional absolute ceiling on the canary's p95 queue time (`vllm:request_queue_time_seconds`, time
+    a finished request waited before it was scheduled). vLLM's buckets start at 0.3 s, so ceilings below
+    that cannot be resolved."""
+    max_kv_cache_usage: Fraction | None = None
+    """Optional ceiling on the canary's KV-cache usage (`vllm:kv_cache_usage_perc`, 1 = full), averaged
+    over the range and its pods: sustained pressure, where preemptions begin. A level, not a sample: it
+    fails when the average is above the ceiling."""
     min_draft_tokens: Annotated[int, Field(ge=0, le=1_000_000_000)] = 500
     """Drafted tokens the evidence needs before the acceptance guardrail is judged."""
     min_requests: Annotated[int, Field(ge=0, le=1_000_000_000)] = 100

@@ -77,6 +77,19 @@ class Measurements(ApiModel):
     generation_tokens_per_second: float | None = None
     requests_per_pod_per_second: float | None = None
     """Finished requests per second per pod: the per-pod load the tracks were compared at."""
+    generation_tokens_per_pod_per_second: float | None = None
+    """Output tokens per second per pod."""
+    served_fraction: float | None = None
+    """Finished requests / offered requests (finished + growth of the waiting queue): below 1 when the
+    track cannot keep up with its load. What `maxThroughputDrop` judges."""
+    queue_time_p95_seconds: float | None = None
+    """p95 time finished requests waited before they were scheduled (`vllm:request_queue_time_seconds`)."""
+    kv_cache_usage_mean: float | None = None
+    """KV-cache usage (0-1) averaged over the range and the track's pods."""
+    kv_cache_usage_max: float | None = None
+    """Highest KV-cache usage (0-1) scraped on any of the track's pods over the range."""
+    preemptions_per_second: float | None = None
+    """Requests preempted per second over the track (KV cache exhausted); unset when not exposed."""
     draft_tokens: float | None = None
     """Tokens drafted in the evidence range (the sample size behind the acceptance measures)."""
     requests: float | None = None

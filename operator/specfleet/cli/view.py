@@ -125,6 +125,10 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.2f} ms"
 
 
+def _seconds(seconds: float | None) -> str:
+    return _ms(seconds) if seconds is None or seconds < 1 else f"{seconds:.2f} s"
+
+
 def _fraction(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
@@ -218,6 +222,12 @@ def render_status(obj: dict[str, Any]) -> Group:
             ("error rate", _pct, "errorRate"),
             ("requests/s per pod", _fraction, "requestsPerPodPerSecond"),
             ("tokens/s", lambda v: "-" if v is None else f"{v:.0f}", "generationTokensPerSecond"),
+            ("output tokens/s per pod", lambda v: "-" if v is None else f"{v:.0f}", "generationTokensPerPodPerSecond"),
+            ("completed of offered", _pct, "servedFraction"),
+            ("p95 queue time", _seconds, "queueTimeP95Seconds"),
+            ("KV cache used (mean)", _pct, "kvCacheUsageMean"),
+            ("KV cache used (max)", _pct, "kvCacheUsageMax"),
+            ("preemptions/s", _fraction, "preemptionsPerSecond"),
         ]
         for label, fmt, key in rows:
             measures.add_row(label, fmt(canary.get(key)), fmt(stable.get(key)))

@@ -42,11 +42,13 @@ def evidence(
         field: provider.scalar(promql.increase(metric, selector, r), at) for field, metric in promql.COUNTERS.items()
     }
     histograms = {field: _binned(provider, metric, selector, r, at) for field, metric in promql.HISTOGRAMS.items()}
+    gauges = {field: provider.scalar(query, at) for field, query in promql.gauges(selector, r).items()}
     per_position = provider.by_label(promql.accepted_by_position(selector, r), "position", at)
     positions = sorted(int(p) for p in per_position if p.isdigit())
     return TrackEvidence(
         **histograms,
         **counters,
+        **gauges,
         finished=provider.by_label(promql.finished_by_reason(selector, r), "finished_reason", at),
         accepted_per_position=tuple(per_position[str(p)] for p in positions)
         if positions == list(range(len(positions)))

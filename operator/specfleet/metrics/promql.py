@@ -65,11 +65,36 @@ def request_rate_by_pod(s: TrackSelector, r: str) -> str:
     return f"sum by ({names.POD}) (rate({names.REQUEST_SUCCESS}{s.matchers()}[{r}]))"
 
 
+def waiting_growth(s: TrackSelector, r: str) -> str:
+    """How much the track's waiting queue grew over the range (summed over its pods; negative when it drained)."""
+    return f"sum(delta({names.REQUESTS_WAITING}{s.matchers()}[{r}]))"
+
+
+def gauge_mean(metric: str, s: TrackSelector, r: str) -> str:
+    """The gauge's average over the range, averaged over the track's pods."""
+    return f"avg(avg_over_time({metric}{s.matchers()}[{r}]))"
+
+
+def gauge_max(metric: str, s: TrackSelector, r: str) -> str:
+    """The gauge's highest scraped value over the range on any of the track's pods."""
+    return f"max(max_over_time({metric}{s.matchers()}[{r}]))"
+
+
+def gauges(s: TrackSelector, r: str) -> dict[str, str]:
+    """Evidence field -> query over the track's gauges (one value each)."""
+    return {
+        "waiting_growth": waiting_growth(s, r),
+        "kv_cache_usage_mean": gauge_mean(names.KV_CACHE_USAGE, s, r),
+        "kv_cache_usage_max": gauge_max(names.KV_CACHE_USAGE, s, r),
+    }
+
+
 COUNTERS = {
     "drafts": names.NUM_DRAFTS,
     "draft_tokens": names.DRAFT_TOKENS,
     "accepted_tokens": names.ACCEPTED_TOKENS,
     "generation_tokens": names.GENERATION_TOKENS,
+    "preemptions": names.NUM_PREEMPTIONS,
 }
 """Evidence field -> counter whose increase over the range the judge reads."""
 
@@ -77,5 +102,6 @@ HISTOGRAMS = {
     "token_latency": names.TIME_PER_OUTPUT_TOKEN,
     "step_latency": names.INTER_TOKEN_LATENCY,
     "ttft": names.TIME_TO_FIRST_TOKEN,
+    "queue_time": names.QUEUE_TIME,
 }
 """Evidence field -> histogram whose buckets the judge reads."""

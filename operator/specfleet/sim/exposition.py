@@ -2,7 +2,7 @@
 
 Built with prometheus_client's metric families, so escaping, `_total` suffixes, `le` formatting and the
 `_created` samples are those of the library vLLM itself uses. Only the series the simulator models are
-exposed (vLLM has more: prefix cache, preemptions, per-request token histograms, ...).
+exposed (vLLM has more: prefix cache, preemptions (the simulator never preempts), per-request token histograms, ...).
 """
 
 from collections.abc import Iterator
@@ -17,7 +17,6 @@ from specfleet.sim.engine import Histogram, Metrics
 LABELS = ("model_name", "engine")
 ENGINE_INDEX = "0"
 
-QUEUE_TIME = "vllm:request_queue_time_seconds"
 PREFILL_TIME = "vllm:request_prefill_time_seconds"
 DECODE_TIME = "vllm:request_decode_time_seconds"
 INFERENCE_TIME = "vllm:request_inference_time_seconds"
@@ -99,7 +98,7 @@ def families(metrics: Metrics, model_name: str, speculative: bool, created: floa
             metrics.time_per_output_token,
         ),
         (names.E2E_LATENCY, "Histogram of e2e request latency in seconds.", metrics.e2e_latency),
-        (QUEUE_TIME, "Histogram of time spent in WAITING phase for request.", metrics.queue_time),
+        (names.QUEUE_TIME, "Histogram of time spent in WAITING phase for request.", metrics.queue_time),
         (INFERENCE_TIME, "Histogram of time spent in RUNNING phase for request.", metrics.inference_time),
         (PREFILL_TIME, "Histogram of time spent in PREFILL phase for request.", metrics.prefill_time),
         (DECODE_TIME, "Histogram of time spent in DECODE phase for request.", metrics.decode_time),
