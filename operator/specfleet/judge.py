@@ -25,8 +25,9 @@ false-failure budget, split over the guardrails (`specfleet.stats`).
 """
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from specfleet.api.spec import Guardrails
 from specfleet.api.status import Measurements, Verdict
@@ -288,14 +289,23 @@ def _token_latency(ctx: _Context) -> _Check:
 
 def _step_latency(ctx: _Context, ceiling: float) -> _Check:
     """Per-step latency observations of one step share its duration: count requests as the samples."""
-    data = ctx.canary.step_latency
+    return _p95_ceiling(ctx, "per-step p95", ctx.canary.step_latency, ceiling, _ms, samples=ctx.canary.requests)
+
+
+def _p95_ceiling(
+    ctx: _Context, label: str, data: Binned | None, ceiling: float, show: Callable[[float], str], **bounds: Any
+) -> _Check:
+    """An absolute ceiling on a canary p95: Fail once its lower bound is past it, Inconclusive while only
+    the estimate is."""
     if data is None or data.total <= 0:
-        return _Check(Verdict.INCONCLUSIVE, "no step latency histogram for the canary")
-    q = quantile_bounds(data, LATENCY_QUANTILE, ctx.z, samples=ctx.canary.requests)
-    text = f"per-step p95 {_ms(q.estimate)} (lower {ctx.confidence} bound {_ms(q.lower)})"
+        return _Check(Verdict.INCONCLUSIVE, f"no {label.removesuffix(' p95')} histogram for the canary")
+    q = quantile_bounds(data, LATENCY_QUANTILE, ctx.z, **bounds)
+    text = f"{label} {show(q.estimate)} (lower {ctx.confidence} bound {show(q.lower)})"
     if q.lower > ceiling:
-        return _Check(Verdict.FAIL, f"{text} > ceiling {_ms(ceiling)}")
-    return _Check(Verdict.PASS, f"{text}, ceiling {_ms(ceiling)}")
+        return _Check(Verdict.FAIL, f"{text} > ceiling {show(ceiling)}")
+    if q.estimate > ceiling:
+        return _Check(Verdict.INCONCLUSIVE, f"{text}: above the ceiling {show(ceiling)}, not yet surely")
+    return _Check(Verdict.PASS, f"{text}, ceiling {show(ceiling)}")
 
 
 def _throughput(ctx: _Context, limit: float) -> _Check:
@@ -337,16 +347,7 @@ def _throughput(ctx: _Context, limit: float) -> _Check:
 
 
 def _queue_time(ctx: _Context, ceiling: float) -> _Check:
-    data = ctx.canary.queue_time
-    if data is None or data.total <= 0:
-        return _Check(Verdict.INCONCLUSIVE, "no queue time histogram for the canary")
-    q = quantile_bounds(data, LATENCY_QUANTILE, ctx.z)
-    text = f"queue time p95 {_duration(q.estimate)} (lower {ctx.confidence} bound {_duration(q.lower)})"
-    if q.lower > ceiling:
-        return _Check(Verdict.FAIL, f"{text} > ceiling {_duration(ceiling)}")
-    if q.estimate > ceiling:
-        return _Check(Verdict.INCONCLUSIVE, f"{text}: above the ceiling {_duration(ceiling)}, not yet surely")
-    return _Check(Verdict.PASS, f"{text}, ceiling {_duration(ceiling)}")
+    return _p95_ceiling(ctx, "queue time p95", ctx.canary.queue_time, ceiling, _duration)
 
 
 def _kv_cache(ctx: _Context, ceiling: float) -> _Check:

@@ -191,6 +191,18 @@ def test_optional_absolute_ceilings() -> None:
     assert any(r.startswith("per-step p95") and "> ceiling 4.00 ms" in r for r in result.reasons)
 
 
+def test_a_step_p95_over_its_ceiling_that_the_bound_does_not_confirm_yet_is_inconclusive_not_a_pass() -> None:
+    """The module's rule: an estimate past a limit whose bound is not (yet) past it waits for more evidence."""
+    canary, stable = track(seed=41, requests=150), track(seed=42)
+    estimate = verdict_of(canary, stable).canary.step_latency_p95_seconds
+    assert estimate is not None
+    guards = GUARDS.model_copy(update={"max_step_latency_p95_seconds": estimate * 0.97})
+    result = verdict_of(canary, stable, guards=guards)
+    step = next(r for r in result.reasons if r.startswith("per-step p95"))
+    assert "not yet surely" in step, step
+    assert result.verdict is Verdict.INCONCLUSIVE, result.reasons
+
+
 def test_harm_wins_over_missing_evidence() -> None:
     result = verdict_of(track(seed=31, alpha=0.2, requests=300), TrackEvidence())
     assert result.verdict is Verdict.FAIL
