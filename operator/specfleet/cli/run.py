@@ -63,7 +63,7 @@ def run(
         election = LeaderElection.parse(leader_election) if leader_election else None
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--leader-election") from error
-    api_client = load_config(str(kubeconfig) if kubeconfig else None)
+    api_client = load_config(str(kubeconfig) if kubeconfig else None, connections=workers + 2)
     options = OperatorOptions(
         workers=workers,
         resync_seconds=resync,

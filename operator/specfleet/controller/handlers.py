@@ -17,6 +17,7 @@ import socket
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -180,6 +181,7 @@ class Controller:
             self.queue,
             resync_seconds=self.options.resync_seconds,
             default_prometheus_url=self.options.prometheus_url,
+            threads=ThreadPoolExecutor(self.options.workers, thread_name_prefix="specfleet-reconcile"),
         )
         workers: list[asyncio.Task[None]] = []
         background: list[asyncio.Task[None]] = []

@@ -28,23 +28,28 @@ class SecretError(Exception):
     """A Secret the operator needs cannot be read (missing, forbidden, no such key); the message says which."""
 
 
-def load_config(kubeconfig: str | None = None) -> client.ApiClient:
+def load_config(kubeconfig: str | None = None, connections: int | None = None) -> client.ApiClient:
     """In-cluster credentials when running in a pod, else the kubeconfig (KUBECONFIG or ~/.kube/config).
 
     Its requests say `specfleet/<version>` (kopf's own say `kopf/<version>`), so an API server's audit log
-    and flow-control metrics tell the operator apart from other clients of the same identity.
+    and flow-control metrics tell the operator apart from other clients of the same identity. `connections`:
+    how many requests may be in flight at once (one per reconcile worker); the client keeps at least that
+    many connections open (its default is 5 per core).
     """
     if kubeconfig is None:
         try:
             config.load_incluster_config()
-            return _identified(client.ApiClient())
+            return _client(connections)
         except config.ConfigException:
             pass
     config.load_kube_config(config_file=kubeconfig)
-    return _identified(client.ApiClient())
+    return _client(connections)
 
 
-def _identified(api_client: client.ApiClient) -> client.ApiClient:
+def _client(connections: int | None) -> client.ApiClient:
+    configuration = client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, connections or 0)
+    api_client = client.ApiClient(configuration)
     api_client.user_agent = USER_AGENT
     return api_client
 

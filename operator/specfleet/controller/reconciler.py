@@ -11,11 +11,13 @@ catches up. So a decision is never replayed on a stale status, and a status is n
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes.dynamic.exceptions import ApiException, ConflictError
 from urllib3.exceptions import HTTPError
@@ -44,6 +46,9 @@ CACHE_BEHIND_SECONDS = 1.0
 """Look again this soon when the watch cache has not delivered our own last write (its event wakes us too)."""
 
 
+T = TypeVar("T")
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC).replace(microsecond=0)
 
@@ -57,6 +62,9 @@ class Reconciler:
     resync_seconds: float = RESYNC_SECONDS
     default_prometheus_url: str | None = None
     """`specfleet run --prometheus-url`: used for objects whose spec names no Prometheus."""
+    threads: Executor | None = None
+    """Where blocking calls (the Kubernetes client, Prometheus) run: one thread per worker, so `--workers`
+    objects are reconciled at once. None: asyncio's default pool, which has only cores + 4 threads."""
     _conflicts: dict[Key, set[str]] = field(default_factory=dict)
     _providers: dict[tuple[str, str | None], Prometheus] = field(default_factory=dict)
     _written_over: dict[Key, str] = field(default_factory=dict)
@@ -101,6 +109,9 @@ class Reconciler:
             if after is not None and key in self.store.sdeps:
                 self.queue.add(key, after)
 
+    async def _blocking(self, call: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.threads, functools.partial(call, *args))
+
     async def reconcile(self, key: Key) -> float | None:
         """Returns when to look again (seconds), or None when the object is gone."""
         body = self.store.sdeps.get(key)
@@ -120,7 +131,7 @@ class Reconciler:
         deployments = {track: self._owned(key, sdep, "Deployment", child_name(sdep, track)) for track in Track}
         pods = self.store.children("Pod", key).values()
         url = self._prometheus_url(sdep)
-        routed = await asyncio.to_thread(self._routed, sdep)
+        routed = await self._blocking(self._routed, sdep)
         observation = observe(sdep, deployments, pods, self.clock(), guarded=url is not None, routed=routed)
         if self._conflicts.get(key):
             names = ", ".join(sorted(self._conflicts[key]))
@@ -128,14 +139,14 @@ class Reconciler:
         decision = decide(sdep.spec, sdep.status, observation)
         if decision.analysis_due and url is not None:
             try:
-                provider = await asyncio.to_thread(self._provider, sdep, url)
+                provider = await self._blocking(self._provider, sdep, url)
             except SecretError as error:  # an Error verdict: onProviderError applies, not a retry loop
                 analysis = _error(decision.status, observation.now, f"Prometheus auth: {error}")
             else:
-                analysis = await asyncio.to_thread(analyze, provider, sdep, decision.status, observation.now)
+                analysis = await self._blocking(analyze, provider, sdep, decision.status, observation.now)
             decision = decide(sdep.spec, sdep.status, replace(observation, analysis=analysis))
         children = {kind: self.store.children(kind, key) for kind in ("Deployment", "Service")}
-        await asyncio.to_thread(self._apply, key, body, sdep, decision, children)
+        await self._blocking(self._apply, key, body, sdep, decision, children)
         after = decision.requeue_after.total_seconds() if decision.requeue_after is not None else None
         return min(after, self.resync_seconds) if after is not None else self.resync_seconds
 
