@@ -83,10 +83,10 @@ def measure(
         with controller() as pid:
             _, offset = audit_events(audit_log, 0)
             converged: dict[str, float] = {}
+            created: dict[str, float] = {}
             with _watching(contender, api, namespace, count, converged, timeout):
                 started = time.monotonic()
-                _create_all(contender, api, namespace, count)
-                created = time.monotonic()
+                _create_all(contender, api, namespace, count, created)
             cpu, peak = process_usage(pid)
             events, offset = audit_events(audit_log, offset)
             busy = controller_requests(events)
@@ -96,11 +96,13 @@ def measure(
     finally:
         _delete_namespace(core, namespace)
     total = max(converged.values()) - started if len(converged) == count else None
+    each = sorted(converged[name] - created[name] for name in converged if name in created)
     return {
         "objects": count,
         "converged": len(converged),
         "all_converged_seconds": round(total, 1) if total is not None else None,
-        "create_seconds": round(created - started, 1),
+        "create_seconds": round(max(created.values()) - started, 1),
+        "per_object_seconds": {"p50": _nearest_rank(each, 0.5), "p95": _nearest_rank(each, 0.95)},
         "cpu_seconds": round(cpu, 1),
         "peak_rss_mib": round(peak, 1),
         "api_requests_per_object": round(len(busy) / count, 2),
@@ -149,7 +151,14 @@ def _watching(
     stream.stop()
 
 
-def _create_all(contender: Contender, api: kubernetes.client.ApiClient, namespace: str, count: int) -> None:
+def _nearest_rank(ordered: list[float], q: float) -> float | None:
+    return round(ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))], 1) if ordered else None
+
+
+def _create_all(
+    contender: Contender, api: kubernetes.client.ApiClient, namespace: str, count: int, created: dict[str, float]
+) -> None:
+    """Create `count` fleets from 8 threads; `created` gets when each one's creation returned."""
     names = [f"scale-{i:04d}" for i in range(count)]
     errors: list[BaseException] = []
 
@@ -157,6 +166,7 @@ def _create_all(contender: Contender, api: kubernetes.client.ApiClient, namespac
         try:
             for name in chunk:
                 contender.create(api, namespace, name)
+                created[name] = time.monotonic()
         except BaseException as error:  # reported after every thread has ended
             errors.append(error)
 

@@ -357,7 +357,9 @@ def ratios(results: dict[str, dict[str, Any]]) -> dict[str, float | None]:
 
 
 SCALE_FIGURES = {
+    "create_seconds": "all created after (s; this script's creates)",
     "all_converged_seconds": "all converged after (s)",
+    "per_object_seconds": "per object, created to converged, p50 / p95 (s)",
     "cpu_seconds": "controller CPU until then (s)",
     "peak_rss_mib": "controller peak RSS (MiB)",
     "api_requests_per_object": "API requests per object",
@@ -372,8 +374,12 @@ def scale_table(scale: dict[str, dict[str, Any]], nodes: int) -> str:
     count = next(iter(scale.values()))["objects"]
     lines = [f"| {count} fleets each, {nodes} nodes | {' | '.join(controllers)} |",
              "| --- |" + " --- |" * len(controllers)]  # fmt: skip
+
+    def shown(value: Any) -> str:
+        return " / ".join(str(v) for v in value.values()) if isinstance(value, dict) else str(value)
+
     for key, label in SCALE_FIGURES.items():
-        lines.append(f"| {label} | {' | '.join(str(scale[c].get(key, '-')) for c in controllers)} |")
+        lines.append(f"| {label} | {' | '.join(shown(scale[c].get(key, '-')) for c in controllers)} |")
     lines += ["", "| specfleet / peer | value |", "| --- | --- |"]
     lines += [f"| {name} | {'-' if v is None else f'{v:.2f}'} |" for name, v in scale_ratios(scale).items()]
     return "\n".join(lines)
