@@ -334,7 +334,6 @@ def test_the_load_test_sees_a_good_drafter_stream_faster_and_a_bad_one_slower_th
     results = run_load_test(targets, LoadPlan(levels=(1,), requests=3, max_tokens=96, prompt="Hello"))
     per_token = {result.target: result.per_token.p50 for result in results}
     assert all(result.errors == 0 and result.requests == 3 for result in results)
-    assert per_token["good"] < per_token["none"] < per_token["bad"]
-    for label, (_, argv) in pods.items():
-        expected = closed_form_per_token(engine(argv), 48)
-        assert per_token[label] == pytest.approx(expected, rel=0.25), label  # wall-clock pacing on a busy machine
+    # Only the order: what the client measures is paced by wall time, which a busy machine delays by
+    # milliseconds, the size of a step. The timing itself is checked on the engine's own token times above.
+    assert per_token["good"] < per_token["none"] < per_token["bad"], per_token
