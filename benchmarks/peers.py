@@ -25,8 +25,8 @@ briefly has two pods): time until all converged (Healthy, Healthy, Initialized),
 seconds and peak RSS, its API requests per object (from the API server's audit log), and its writes per
 minute over `--idle` seconds in which nothing changes.
 
-    python benchmarks/peers.py --trials 20 --phases rollback   # both settings, about 80 minutes on 2 cores
-    python benchmarks/peers.py --phases scale --scale 1000      # about 30 minutes
+    python benchmarks/peers.py --trials 20 --phases rollback   # both settings, 54 minutes on 2 cores
+    python benchmarks/peers.py --phases scale --scale 1000      # about 40 minutes (1,000 per controller)
     python benchmarks/peers.py --quick                # tuned settings, 3 trials, about 15 minutes
 
 Prints the tables and the JSON, writes docs/peers-rollback.png. The cluster and every process stop on exit.

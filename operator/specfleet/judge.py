@@ -276,14 +276,26 @@ def _token_latency(ctx: _Context) -> _Check:
     bounded = min(canary.total, stable.total) >= requests_to_bound(LATENCY_QUANTILE, ctx.z)
     if not bounded:  # the normal bound is not trusted with this few requests: never fail on it
         text += f" (a bound at this look needs {requests_to_bound(LATENCY_QUANTILE, ctx.z)} requests per track)"
-    if bounded and lowest > limit:
+    return _against_stable(
+        text, bounded and lowest > limit, change > limit, limit, load, ("carried", "per-pod load"), ": lower bound"
+    )
+
+
+def _against_stable(
+    text: str, surely: bool, over: bool, limit: float, load: float | None, words: tuple[str, str], failed: str = ""
+) -> _Check:
+    """The verdict of a canary-vs-stable check: past the limit `surely` (its bound) fails, unless the canary
+    carried more load than stable; past it by the estimate alone (`over`) waits; a canary that carried less
+    load than stable cannot pass."""
+    verb, noun = words
+    if surely:
         if load is not None and load > 1 + LOAD_TOLERANCE:
-            return _Check(Verdict.INCONCLUSIVE, f"{text}, but canary pods carried {load:.2f}x stable's per-pod load")
-        return _Check(Verdict.FAIL, f"{text}: lower bound > limit {limit:.0%}")
-    if change > limit:
+            return _Check(Verdict.INCONCLUSIVE, f"{text}, but canary pods {verb} {load:.2f}x stable's {noun}")
+        return _Check(Verdict.FAIL, f"{text}{failed} > limit {limit:.0%}")
+    if over:
         return _Check(Verdict.INCONCLUSIVE, f"{text}: above the limit {limit:.0%}, not yet surely")
     if load is not None and load < 1 / (1 + LOAD_TOLERANCE):
-        return _Check(Verdict.INCONCLUSIVE, f"{text}, but canary pods carried only {load:.2f}x stable's per-pod load")
+        return _Check(Verdict.INCONCLUSIVE, f"{text}, but canary pods {verb} only {load:.2f}x stable's {noun}")
     return _Check(Verdict.PASS, f"{text}, limit {limit:.0%}")
 
 
@@ -335,15 +347,7 @@ def _throughput(ctx: _Context, limit: float) -> _Check:
     if c_tokens is not None and s_tokens is not None:
         text += f" ({c_tokens:.0f} vs {s_tokens:.0f} output tokens/s per pod)"
     text += f": drop {drop:.1%}, lower {ctx.confidence} bound {lowest:.1%}"
-    if lowest > limit:
-        if load is not None and load > 1 + LOAD_TOLERANCE:
-            return _Check(Verdict.INCONCLUSIVE, f"{text}, but canary pods were offered {load:.2f}x stable's load")
-        return _Check(Verdict.FAIL, f"{text} > limit {limit:.0%}")
-    if drop > limit:
-        return _Check(Verdict.INCONCLUSIVE, f"{text}: above the limit {limit:.0%}, not yet surely")
-    if load is not None and load < 1 / (1 + LOAD_TOLERANCE):
-        return _Check(Verdict.INCONCLUSIVE, f"{text}, but canary pods were offered only {load:.2f}x stable's load")
-    return _Check(Verdict.PASS, f"{text}, limit {limit:.0%}")
+    return _against_stable(text, lowest > limit, drop > limit, limit, load, ("were offered", "load"))
 
 
 def _queue_time(ctx: _Context, ceiling: float) -> _Check:
