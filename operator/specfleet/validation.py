@@ -18,13 +18,12 @@ from specfleet.api.spec import (
     METHODS_WITH_DRAFT_MODEL,
     SpeculativeDeploymentSpec,
 )
+from specfleet.autotune.candidates import candidate_spec
 from specfleet.hardware import BY_PRODUCT_NAME
+from specfleet.preflight.check import Memory, MemorySubject, memory_problems
 from specfleet.render.argv import ITL_BUCKETS_FLAG, engine_problems
 from specfleet.render.buckets import BucketsError, check_histogram_buckets
 from specfleet.render.vllm_versions import CLI_FLAGS, VllmVersion, has_flag
-
-DRAFTER_MEMORY_SHARE = 0.10
-"""The drafter should take at most this share of each GPU's memory budget (seed 002)."""
 
 _FRIENDLY = {
     "extra_forbidden": "unknown field",
@@ -61,35 +60,33 @@ def _schema_problems(error: ValidationError) -> list[Problem]:
     return problems
 
 
-def _gpu_budget_problems(spec: SpeculativeDeploymentSpec) -> list[Problem]:
-    """Drafter within 10% of the per-GPU budget; target plus drafter within the budget at all."""
+def gpu_budget(spec: SpeculativeDeploymentSpec) -> Memory | None:
+    """The declared weights against the budget of the smallest accepted GPU (vram x gpuMemoryUtilization), or
+    None when no known product is named: the pods may land on any GPU."""
     products = [BY_PRODUCT_NAME[n] for n in spec.accelerator.product_names if n in BY_PRODUCT_NAME]
     if not products:
-        return []
+        return None
     smallest = min(products, key=lambda p: p.vram_gib)
-    budget = smallest.vram_gib * spec.engine.gpu_memory_utilization
-    problems = []
-    tp = spec.engine.tensor_parallel_size
-    draft_tp = spec.speculative.draft_tensor_parallel_size or 1
-    drafter = spec.speculative.size_gib / draft_tp if spec.speculative.size_gib else 0.0
-    if drafter > DRAFTER_MEMORY_SHARE * budget:
-        problems.append(
-            Problem(
-                "spec.speculative.sizeGiB",
-                f"the drafter needs {drafter:.1f} GiB per GPU, more than {DRAFTER_MEMORY_SHARE:.0%} of the "
-                f"{budget:.1f} GiB budget of a {smallest.short_name} (vram x gpuMemoryUtilization): "
-                "it would starve the KV cache",
-            )
-        )
-    if spec.model.size_gib and spec.model.size_gib / tp + drafter > budget:
-        problems.append(
-            Problem(
-                "spec.model.sizeGiB",
-                f"the weights need {spec.model.size_gib / tp + drafter:.1f} GiB per GPU at tensorParallelSize "
-                f"{tp}, more than the {budget:.1f} GiB budget of a {smallest.short_name}",
-            )
-        )
-    return problems
+    return Memory(
+        gpu=smallest.short_name,
+        budget_gib=smallest.vram_gib * spec.engine.gpu_memory_utilization,
+        tensor_parallel_size=spec.engine.tensor_parallel_size,
+        draft_tensor_parallel_size=spec.speculative.draft_tensor_parallel_size or 1,
+        target_gib=spec.model.size_gib,
+        drafter_gib=spec.speculative.size_gib,
+    )
+
+
+_MEMORY_FIELDS = {MemorySubject.DRAFTER: "spec.speculative.sizeGiB", MemorySubject.WEIGHTS: "spec.model.sizeGiB"}
+
+
+def _gpu_budget_problems(spec: SpeculativeDeploymentSpec) -> list[Problem]:
+    """Drafter within 10% of the per-GPU budget; target plus drafter within the budget at all (the rule the
+    preflight Job applies again to sizes measured from the files)."""
+    memory = gpu_budget(spec)
+    if memory is None:
+        return []
+    return [Problem(_MEMORY_FIELDS[p.subject], p.message) for p in memory_problems(memory)]
 
 
 def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
@@ -169,9 +166,29 @@ def _extra_args_problems(spec: SpeculativeDeploymentSpec) -> list[Problem]:
     return problems
 
 
+def _candidate_problems(spec: SpeculativeDeploymentSpec) -> list[Problem]:
+    """Each candidate of an experiment must be a config the fleet could serve, named by its place."""
+    problems: list[Problem] = []
+    for index in range(len(spec.auto_tune.candidates) if spec.auto_tune else 0):
+        where = f"spec.autoTune.candidates[{index}]"
+        try:
+            candidate = candidate_spec(spec, index)
+        except ValidationError as error:
+            for problem in _schema_problems(error):
+                field = problem.field.removeprefix("(document)")
+                problems.append(Problem(where + (field if field[:1] in ("", ".") else "." + field), problem.message))
+            continue
+        for problem in engine_problems(candidate) + _judgement_problems(candidate):
+            if problem.field.startswith("spec.speculative"):
+                problems.append(
+                    Problem(where + problem.field.removeprefix("spec.speculative"), problem.message, problem.severity)
+                )
+    return problems
+
+
 def spec_problems(spec: SpeculativeDeploymentSpec) -> list[Problem]:
     """Problems of a spec that already passed the schema: version support and judgement."""
-    return engine_problems(spec) + _extra_args_problems(spec) + _judgement_problems(spec)
+    return engine_problems(spec) + _extra_args_problems(spec) + _judgement_problems(spec) + _candidate_problems(spec)
 
 
 def validate_document(document: Any) -> list[Problem]:

@@ -44,7 +44,7 @@ class Fleet:
         self.events: list[str] = []
         self.last: Decision | None = None
 
-    def observe(self, analysis: Analysis | None = None) -> Observation:
+    def observe(self, analysis: Analysis | None = None, **more: Any) -> Observation:
         return Observation(
             now=self.now,
             generation=self.generation,
@@ -54,10 +54,15 @@ class Fleet:
             commands=dict(self.commands),
             analysis=analysis,
             guarded=self.guarded,
+            **more,
         )
 
     def step(self, analysis: Analysis | None = None) -> Decision:
-        decision = decide(self.spec, self.status, self.observe(analysis))
+        return self.step_with(analysis)
+
+    def step_with(self, analysis: Analysis | None = None, **observed: Any) -> Decision:
+        """One pass, with more observed than the tracks (e.g. `preflights`)."""
+        decision = decide(self.spec, self.status, self.observe(analysis, **observed))
         self.status = decision.status
         self.events += [e.reason for e in decision.events]
         for done in decision.done_commands:

@@ -244,6 +244,51 @@ class SpeculativeSpec(ApiModel):
     )
 
 
+class Candidate(ApiModel):
+    """One alternative speculative config an experiment tries.
+
+    A candidate that names a `method` is a whole config (nothing is taken from `speculative`); one without
+    a method is `speculative` with the fields it sets replaced, e.g. `{numSpeculativeTokens: 3}`.
+    """
+
+    method: SpeculativeMethod | None = None
+    model: ArgvValue | None = None
+    revision: ArgvValue | None = None
+    size_gib: Annotated[float, Field(gt=0, le=4096)] | None = Field(default=None, alias="sizeGiB")
+    num_speculative_tokens: Annotated[int, Field(ge=1, le=64)] | None = None
+    draft_tensor_parallel_size: Annotated[int, Field(ge=1, le=64)] | None = None
+    num_speculative_tokens_per_batch_size: Annotated[list[BatchSizeDepth], Field(max_length=32)] | None = None
+
+    def applied_to(self, base: SpeculativeSpec) -> SpeculativeSpec:
+        """The speculative config this candidate stands for (raises ValidationError if it is not valid)."""
+        fields = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        inherited = {} if self.method is not None else base.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return SpeculativeSpec.model_validate({**inherited, **fields})
+
+
+DEFAULT_MIN_IMPROVEMENT = 0.02
+
+
+class AutoTuneSpec(ApiModel):
+    """Find the best speculative config by measurement: an experiment over `candidates`.
+
+    A change that brings candidates starts an experiment: each candidate in turn is canaried at the first
+    step's weight next to stable and measured over that step (its pause and a passing analysis, every
+    guardrail judged); then the candidate with the lowest median per-token latency relative to stable in
+    its own window (ties within 1%: higher output tokens/s per pod, then smaller k) is canaried through all
+    the steps and promoted, if it beats stable by `minImprovement`. Otherwise stable stays.
+    """
+
+    candidates: Annotated[list[Candidate], Field(min_length=1, max_length=8)]
+    """Alternatives to try, one after another (one canary track)."""
+    min_improvement: Annotated[float, Field(ge=0, le=0.9)] = DEFAULT_MIN_IMPROVEMENT
+    """How much lower (relative) the winner's median per-token latency must be than stable's in the same
+    window for it to be promoted (0.02 = 2% faster); below it, nothing is promoted."""
+    apply: bool = False
+    """Apply the proposed batch-size schedule of the depth (`status.autoTune.proposedSchedule`) as a change
+    of the speculative config, canaried like any other; false only shows the proposal."""
+
+
 MANAGED_ENGINE_FLAGS = (
     "--model",
     "--served-model-name",
@@ -550,6 +595,8 @@ class SpeculativeDeploymentSpec(ApiModel):
     storage: StorageSpec = StorageSpec()
     rollout: RolloutSpec = RolloutSpec()
     prometheus: PrometheusSpec = PrometheusSpec()
+    auto_tune: AutoTuneSpec | None = None
+    """Optional: try several speculative configs and promote the best one measured (see AutoTuneSpec)."""
 
     rules = (
         Rule(

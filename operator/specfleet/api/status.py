@@ -118,6 +118,8 @@ class Outcome(StrEnum):
     ROLLED_BACK = "RolledBack"
     ABORTED = "Aborted"
     SUPERSEDED = "Superseded"
+    KEPT_STABLE = "KeptStable"
+    """An experiment found no candidate that beats stable: nothing was promoted."""
 
 
 class HistoryEntry(ApiModel):
@@ -135,6 +137,62 @@ class HistoryEntry(ApiModel):
     """p95 per-token latency of the last analysis of this revision."""
     serving: ServingSnapshot | None = None
     """The serving part of the spec (model, speculative, engine, accelerator) of this revision, for undo."""
+
+
+class CandidateState(StrEnum):
+    PENDING = "Pending"
+    MEASURING = "Measuring"
+    MEASURED = "Measured"
+    FAILED = "Failed"
+    """A guardrail failed, its pods never got Ready, or its preflight failed: it cannot win."""
+    SAME_AS_STABLE = "SameAsStable"
+    """It is what stable serves: nothing to measure, it cannot beat stable."""
+    CHOSEN = "Chosen"
+    LOST = "Lost"
+
+
+class CandidateResult(ApiModel):
+    """One candidate of an experiment and what was measured of it, next to stable in the same window."""
+
+    index: int
+    """Its place in `spec.autoTune.candidates`."""
+    revision: Annotated[str, Field(max_length=63)]
+    summary: ShortText = ""
+    num_speculative_tokens: int | None = None
+    """k (0 without speculation), the last tie-break."""
+    state: CandidateState = CandidateState.PENDING
+    token_latency_ratio: float | None = None
+    """Its median per-token latency / stable's over the same window: what the experiment ranks by."""
+    throughput_ratio: float | None = None
+    """Its output tokens/s per pod / stable's over the same window: the first tie-break."""
+    canary: Measurements | None = None
+    stable: Measurements | None = None
+    reason: ShortText = ""
+
+
+class ExperimentStatus(ApiModel):
+    """An experiment over `spec.autoTune.candidates`: every candidate's measurements, and the choice."""
+
+    revision: Annotated[str, Field(max_length=63)]
+    """The revision of the spec (with its candidates) the experiment is for."""
+    mode: ShortText = ""
+    """How the candidates are measured (one after another on the canary track)."""
+    candidates: Annotated[list[CandidateResult], Field(max_length=8)] = []
+    chosen: int | None = None
+    """Index of the winning candidate, canaried (and then served) under `revision`."""
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    """When the choice was made (or every candidate was found wanting)."""
+
+
+class PreflightStatus(ApiModel):
+    """The last preflight check of a new drafter (a Job in the serving image), which gates its canary."""
+
+    revision: Annotated[str, Field(max_length=63)]
+    state: ShortText
+    """Running, Passed or Failed."""
+    message: ShortText = ""
+    time: datetime | None = None
 
 
 class TrackReplicas(ApiModel):
@@ -197,5 +255,9 @@ class SpeculativeDeploymentStatus(ApiModel):
     stable track can be rendered again while the spec already describes the canary."""
     rejected_revision: Annotated[str, Field(max_length=63)] | None = None
     """A revision that was rolled back or aborted: not canaried again until the spec changes or a retry."""
+    experiment: ExperimentStatus | None = None
+    """The last experiment over `spec.autoTune.candidates` (kept after it ends, for its table)."""
+    preflight: PreflightStatus | None = None
+    """The last preflight check of a canary's new drafter."""
     acknowledged_commands: Annotated[dict[str, Annotated[str, Field(max_length=256)]], Field(max_length=8)] = {}
     """Command annotations already acted on (name -> value), so a restart never acts on one twice."""

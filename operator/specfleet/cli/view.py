@@ -238,9 +238,47 @@ def render_status(obj: dict[str, Any]) -> Group:
             parts.append(
                 Panel(_bars(canary["acceptancePerPosition"]), title="canary acceptance per position", expand=False)
             )
+    if status.get("preflight"):
+        check = status["preflight"]
+        style = {"Passed": "green", "Failed": "red"}.get(check.get("state", ""), "yellow")
+        message = f": {check['message']}" if check.get("message") else ""
+        parts.append(Text(f"Preflight of {check['revision']}: {check.get('state', '?')}{message}", style=style))
+    if status.get("experiment"):
+        parts.append(experiment_table(status["experiment"]))
     if status.get("history"):
         parts.append(history_table(status["history"][-5:]))
     return Group(*parts)
+
+
+def experiment_table(experiment: dict[str, Any]) -> Table:
+    """Every candidate of the last experiment with what it measured next to stable, in its own window."""
+    ended = f", ended {experiment['endedAt']}" if experiment.get("endedAt") else ""
+    table = Table(
+        title=f"Experiment {experiment['revision']} ({experiment.get('mode', '')}{ended})",
+        header_style="bold",
+        title_justify="left",
+    )
+    for column in ("#", "config", "state", "p50/token vs stable", "tokens/s/pod vs stable", "alpha", "p95/token"):
+        table.add_column(column, overflow="fold")
+    styles = {"Chosen": "green", "Failed": "red", "Measuring": "yellow"}
+    for candidate in experiment.get("candidates", []):
+        canary = candidate.get("canary") or {}
+        state = candidate.get("state", "")
+        reason = f" ({candidate['reason']})" if candidate.get("reason") else ""
+        table.add_row(
+            str(candidate["index"]),
+            candidate.get("summary", ""),
+            Text(state + reason, style=styles.get(state, "")),
+            _ratio(candidate.get("tokenLatencyRatio")),
+            _ratio(candidate.get("throughputRatio")),
+            _fraction(canary.get("acceptanceAlpha")),
+            _ms(canary.get("tokenLatencyP95Seconds")),
+        )
+    return table
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"x{value:.3f}"
 
 
 def history_table(history: list[dict[str, Any]]) -> Table:
@@ -248,7 +286,8 @@ def history_table(history: list[dict[str, Any]]) -> Table:
     for column in ("revision", "outcome", "time", "config", "alpha", "p95/token", "reason"):
         table.add_column(column, overflow="fold")
     for entry in history:
-        style = "green" if entry["outcome"] == "Promoted" else "red" if entry["outcome"] != "Superseded" else ""
+        quiet = ("Superseded", "KeptStable")
+        style = "green" if entry["outcome"] == "Promoted" else "red" if entry["outcome"] not in quiet else ""
         table.add_row(
             entry["revision"],
             Text(entry["outcome"], style=style),

@@ -7,6 +7,7 @@ from specfleet.api.durations import parse_duration
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.spec import SpeculativeMethod
 from specfleet.api.status import Analysis, SpeculativeDeploymentStatus, Verdict
+from specfleet.autotune.candidates import spec_for_revision
 from specfleet.controller.metrics import ANALYSES, ANALYSIS_SECONDS
 from specfleet.judge import TrackEvidence, judge
 from specfleet.metrics import promql
@@ -94,7 +95,8 @@ def analyze(
         spec.rollout.guardrails,
         canary_evidence,
         stable_evidence,
-        speculative=spec.speculative.method is not SpeculativeMethod.NONE,
+        speculative=spec_for_revision(spec, status.experiment, status.canary_revision).speculative.method
+        is not SpeculativeMethod.NONE,
         confidence=spec.rollout.analysis.confidence,
         look=look,
     )

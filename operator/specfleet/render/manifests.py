@@ -32,7 +32,8 @@ def image(spec: SpeculativeDeploymentSpec) -> str:
 def revision(spec: SpeculativeDeploymentSpec) -> str:
     """A stable hash of what changes serving behaviour: image, command line, env and placement.
 
-    Replicas, rollout settings and guardrails are left out, so changing them never starts a canary.
+    Replicas, rollout settings and guardrails are left out, so changing them never starts a canary; an
+    experiment's candidates are in, so new candidates start a new experiment.
     """
     behaviour = {
         "image": image(spec),
@@ -42,6 +43,8 @@ def revision(spec: SpeculativeDeploymentSpec) -> str:
         "products": sorted(spec.accelerator.product_names),
         "nodeFeature": spec.accelerator.require_node_feature_label,
     }
+    if spec.auto_tune is not None:  # new candidates are a new experiment
+        behaviour["candidates"] = [c.model_dump(mode="json", exclude_none=True) for c in spec.auto_tune.candidates]
     digest = hashlib.sha256(json.dumps(behaviour, sort_keys=True).encode()).hexdigest()
     return digest[:REVISION_LENGTH]
 
@@ -72,7 +75,7 @@ def _common_labels(sdep: SpeculativeDeployment) -> dict[str, str]:
     }
 
 
-def _metadata(sdep: SpeculativeDeployment, name: str, labels: dict[str, str]) -> Manifest:
+def child_metadata(sdep: SpeculativeDeployment, name: str, labels: dict[str, str]) -> Manifest:
     meta: Manifest = {"name": name, "namespace": sdep.metadata.namespace, "labels": labels}
     if sdep.metadata.uid:
         meta["ownerReferences"] = [
@@ -112,7 +115,7 @@ def _probe(period: int, failures: int, timeout: int) -> Manifest:
     }
 
 
-def _env(spec: SpeculativeDeploymentSpec) -> list[Manifest]:
+def serving_env(spec: SpeculativeDeploymentSpec) -> list[Manifest]:
     env: list[Manifest] = [{"name": "HF_HOME", "value": HF_HOME}]
     secret = spec.storage.hf_token_secret
     if secret is not None:
@@ -123,7 +126,7 @@ def _env(spec: SpeculativeDeploymentSpec) -> list[Manifest]:
     return env + [e.model_dump(mode="json") for e in spec.engine.env]
 
 
-def _affinity(spec: SpeculativeDeploymentSpec) -> Manifest | None:
+def node_affinity(spec: SpeculativeDeploymentSpec) -> Manifest | None:
     expressions = []
     if spec.accelerator.product_names:
         expressions.append(
@@ -137,12 +140,17 @@ def _affinity(spec: SpeculativeDeploymentSpec) -> Manifest | None:
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
 
 
-def _volumes(spec: SpeculativeDeploymentSpec) -> list[Manifest]:
+def model_cache_volume(spec: SpeculativeDeploymentSpec) -> Manifest:
+    """The Hugging Face cache, mounted at HF_HOME: the claim when one is named, else a fresh emptyDir."""
     claim = spec.storage.model_cache_claim
     cache: Manifest = {"persistentVolumeClaim": {"claimName": claim}} if claim else {"emptyDir": {}}
+    return {"name": "model-cache", **cache}
+
+
+def _volumes(spec: SpeculativeDeploymentSpec) -> list[Manifest]:
     return [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_size_gib(spec)}Gi"}},
-        {"name": "model-cache", **cache},
+        model_cache_volume(spec),
     ]
 
 
@@ -156,7 +164,7 @@ def pod_template(sdep: SpeculativeDeployment, track: Track, rev: str) -> Manifes
         "command": argv[:2],
         "args": argv[2:],
         "ports": [{"name": "http", "containerPort": VLLM_PORT, "protocol": "TCP"}],
-        "env": _env(spec),
+        "env": serving_env(spec),
         "resources": {"limits": gpus, "requests": dict(gpus)},
         "volumeMounts": [
             {"name": "dshm", "mountPath": "/dev/shm"},
@@ -182,7 +190,7 @@ def pod_template(sdep: SpeculativeDeployment, track: Track, rev: str) -> Manifes
         "terminationGracePeriodSeconds": 60,
         "enableServiceLinks": False,
     }
-    affinity = _affinity(spec)
+    affinity = node_affinity(spec)
     if affinity:
         pod_spec["affinity"] = affinity
     labels = {**_common_labels(sdep), **selector_labels(sdep, track), LABEL_REVISION: rev}
@@ -201,7 +209,7 @@ def deployment(sdep: SpeculativeDeployment, track: Track, rev: str, replicas: in
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _metadata(sdep, child_name(sdep, track), labels),
+        "metadata": child_metadata(sdep, child_name(sdep, track), labels),
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": selector_labels(sdep, track)},
@@ -225,7 +233,9 @@ def service(sdep: SpeculativeDeployment, track: Track | None = None, *, canary_t
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(sdep, child_name(sdep, track), {**_common_labels(sdep), **selector_labels(sdep, track)}),
+        "metadata": child_metadata(
+            sdep, child_name(sdep, track), {**_common_labels(sdep), **selector_labels(sdep, track)}
+        ),
         "spec": {
             "type": "ClusterIP",
             "selector": selector,

@@ -20,6 +20,10 @@ Transitions:
     canary Ready: pause elapsed and analyses passed, or promote -> next step, or promote after the last
     promoting: stable rolled to the new revision --------------> retire the canary      (Healthy)
     retiring canary: traffic off once stable has a Ready pod, Deployment deleted DRAIN later
+    canary with a drafter stable does not serve -> preflight Job first; no pods until it passes, abort if it fails
+    desired has autoTune candidates --------------------------> an experiment (`experiment.py`): each candidate
+        a canary of its own revision for the first step, measured; then the best one canaried under desired
+        through every step, or none beats stable by minImprovement: stable kept (Healthy, revision held)
 
 Commands (`specfleet.io/promote|abort|retry`) are bound to the canary they were given for: to the
 revision named in them (`revision=<rev>`, as the CLI writes), else to the canary live when the operator
@@ -34,6 +38,8 @@ from specfleet.rollout.types import (
     Decision,
     Event,
     Observation,
+    PreflightObservation,
+    PreflightState,
     TrackObservation,
     TrackTarget,
     live_canary,
@@ -46,6 +52,8 @@ __all__ = [
     "Decision",
     "Event",
     "Observation",
+    "PreflightObservation",
+    "PreflightState",
     "TrackObservation",
     "TrackTarget",
     "decide",

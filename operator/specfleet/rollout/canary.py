@@ -10,11 +10,12 @@ from datetime import timedelta
 
 from specfleet.api.durations import parse_duration
 from specfleet.api.spec import FallbackAction
-from specfleet.api.status import Analysis, Outcome, Phase, Verdict
+from specfleet.api.status import Analysis, Outcome, Phase, PreflightStatus, Verdict
 from specfleet.api.vocabulary import PROMOTE_FULL, Command, ConditionType
 from specfleet.render.manifests import canary_replicas
 from specfleet.rollout.lifecycle import FRESH_EVIDENCE, abort, fail_canary, promote, step_label
 from specfleet.rollout.state import Pass
+from specfleet.rollout.types import PreflightState
 
 Transition = Callable[[Pass], Pass]
 
@@ -38,7 +39,8 @@ def start_canary(p: Pass, desired: str) -> Pass:
         traffic_off_at=None,
     )
     return p.with_event(
-        "CanaryStarted", f"canary {desired} ({p.spec.summary()}) next to stable {p.status.stable_revision}"
+        "CanaryStarted",
+        f"canary {desired} ({p.served_spec(desired).summary()}) next to stable {p.status.stable_revision}",
     )
 
 
@@ -47,6 +49,7 @@ def progress_canary(p: Pass) -> Pass:
     pipeline: tuple[Transition, ...] = (
         _clamp_step,
         _abort_if_asked,
+        _preflight,
         _fail_on_crashes,
         _wait_for_canary,
         _serve,
@@ -77,6 +80,46 @@ def _abort_if_asked(p: Pass) -> Pass:
     if not p.applies(Command.ABORT):
         return p
     return abort(p.acknowledging(Command.ABORT), Outcome.ABORTED, "aborted by the user")
+
+
+def needs_preflight(p: Pass) -> bool:
+    """Whether the live canary brings a drafter model stable does not serve (another model or revision)."""
+    drafter = p.served_spec(p.status.canary_revision).speculative
+    stable = (p.status.stable_serving or {}).get("speculative") or {}
+    assert isinstance(stable, dict)
+    serving_now = (stable.get("model"), stable.get("revision"))
+    return drafter.model is not None and (drafter.model, drafter.revision) != serving_now
+
+
+def _preflight(p: Pass) -> Pass:
+    """A new drafter is checked by a preflight Job before its canary gets pods or traffic: wait for its
+    verdict (within the progress deadline); a failed check aborts the canary, which never served."""
+    revision, now = p.status.canary_revision, p.obs.now
+    assert revision is not None
+    done = p.status.preflight
+    if (done is not None and done.revision == revision and done.state == PreflightState.PASSED) or not needs_preflight(
+        p
+    ):
+        return p
+    seen = p.obs.preflights.get(revision)
+    state = seen.state if seen is not None else PreflightState.RUNNING
+    message = (seen.message if seen is not None else "")[:1024]
+    if done is None or done.revision != revision or done.state != state.value or done.message != message:
+        p = p.with_status(preflight=PreflightStatus(revision=revision, state=state.value, message=message, time=now))
+    if state is PreflightState.PASSED:
+        return p.with_event("PreflightPassed", f"canary {revision}: {message or 'drafter checked'}")
+    if state is PreflightState.FAILED:
+        p = p.with_event("PreflightFailed", f"canary {revision}: {message}", warning=True)
+        return abort(p, Outcome.ABORTED, f"preflight failed: {message}")
+    started = p.status.step_started_at or now
+    deadline = started + parse_duration(p.spec.rollout.progress_deadline)
+    if now >= deadline:
+        return abort(p, Outcome.ABORTED, f"preflight not done within {p.spec.rollout.progress_deadline}")
+    return (
+        p.but(preflight_wanted=True, canary_traffic=False, decided=True)
+        .in_phase(Phase.PROGRESSING, True, "Preflight", f"checking the drafter of canary {revision} (preflight Job)")
+        .waking_at(deadline)
+    )
 
 
 def _fail_on_crashes(p: Pass) -> Pass:
@@ -172,6 +215,8 @@ def _end_step(p: Pass) -> Pass:
         p = _hold_step(p)
         if p.decided:
             return p
+    if p.measuring:  # an experiment's candidate is measured over its first step, then leaves
+        return p.but(measured=True, decided=True)
     step_index = p.status.current_step
     assert step_index is not None
     if step_index < len(p.spec.rollout.steps) - 1:
@@ -204,6 +249,8 @@ def _hold_step(p: Pass) -> Pass:
     if step.pause is not None and step.pause.duration is None:
         return p.in_phase(Phase.PAUSED, True, "ManualGate", f"{label}: waiting for promote").but(decided=True)
     pause = parse_duration(step.pause.duration) if step.pause and step.pause.duration else timedelta(0)
+    if p.measuring:  # a candidate is measured over a whole analysis window
+        pause = max(pause, parse_duration(p.spec.rollout.analysis.window))
     assert p.status.step_ready_at is not None
     ends = p.status.step_ready_at + pause
     passed = _analysis_passed_this_step(p)
@@ -230,7 +277,8 @@ def _analysis_passed_this_step(p: Pass) -> bool:
     """Unguarded canaries advance on pauses alone; guarded ones need a Pass on evidence from this step only.
 
     The Pass's evidence must start no earlier than the moment the step's canary replicas were all Ready
-    and span at least one analysis interval (or the whole window, if shorter).
+    and span at least one analysis interval (or the whole window, if shorter); an experiment's candidate
+    needs the whole window, the evidence its measurements are read from.
     """
     if not p.obs.guarded:
         return True
@@ -240,7 +288,8 @@ def _analysis_passed_this_step(p: Pass) -> bool:
     if started is None:
         return False
     analysis = p.spec.rollout.analysis
-    needed = min(parse_duration(analysis.interval), parse_duration(analysis.window))
+    window = parse_duration(analysis.window)
+    needed = window if p.measuring else min(parse_duration(analysis.interval), window)
     span = timedelta(seconds=last.evidence_seconds) if last.evidence_seconds is not None else last.time - started
     return last.time - span >= started and span >= needed
 

@@ -10,8 +10,10 @@ from specfleet.api.durations import parse_duration
 from specfleet.api.spec import SpeculativeDeploymentSpec
 from specfleet.api.status import Outcome, Phase, SpeculativeDeploymentStatus
 from specfleet.api.vocabulary import Command, ConditionType, command_target
-from specfleet.render.manifests import canary_replicas
+from specfleet.autotune.candidates import base_spec
+from specfleet.render.manifests import canary_replicas, revision
 from specfleet.rollout.canary import progress_canary, start_canary
+from specfleet.rollout.experiment import run_experiment
 from specfleet.rollout.lifecycle import drain, retire_canary
 from specfleet.rollout.state import Pass
 from specfleet.rollout.types import Decision, Observation, TrackTarget, live_canary
@@ -31,6 +33,8 @@ def decide(spec: SpeculativeDeploymentSpec, status: SpeculativeDeploymentStatus,
         p = _serve_in_place(p)
     elif desired == p.status.rejected_revision:
         p = _hold_rejected(p)
+    elif p.spec.auto_tune is not None:
+        p = run_experiment(p, desired)
     else:
         p = progress_canary(start_canary(p, desired) if p.status.canary_revision != desired else p)
     return _finish(_drop_stale_commands(drain(p)))
@@ -50,8 +54,11 @@ def _first_stable(p: Pass) -> Pass:
     desired = p.obs.desired_revision
     if p.status.stable_revision is not None or desired is None:
         return p
-    p = p.with_status(stable_revision=desired, stable_serving=p.spec.serving())
-    return p.with_event("Created", f"serving revision {desired} ({p.spec.summary()})")
+    first = base_spec(p.spec)  # with candidates: the config they are measured against
+    if p.spec.auto_tune is not None:
+        desired = revision(first)
+    p = p.with_status(stable_revision=desired, stable_serving=first.serving())
+    return p.with_event("Created", f"serving revision {desired} ({first.summary()})")
 
 
 def _retry_if_asked(p: Pass) -> Pass:
@@ -125,7 +132,7 @@ def _invalid_spec(p: Pass) -> Decision:
 def _serve_in_place(p: Pass) -> Pass:
     """desired == stable: apply replica and other in-place changes; finish or drop any canary."""
     stable_revision = p.status.stable_revision
-    p = p.with_status(stable_serving=p.spec.serving())
+    p = p.with_status(stable_serving=p.served_spec(stable_revision).serving())
     canary = p.status.canary_revision
     if canary is not None and canary != stable_revision:
         p = p.recording(Outcome.SUPERSEDED, canary, "the spec went back to the stable revision", of_current_spec=False)
@@ -176,7 +183,10 @@ def _never_available(p: Pass) -> bool:
 
 def _hold_rejected(p: Pass) -> Pass:
     rejected = p.status.rejected_revision
-    outcome = next((h.outcome for h in reversed(p.status.history) if h.revision == rejected), Outcome.ABORTED)
+    entry = next((h for h in reversed(p.status.history) if h.revision == rejected), None)
+    outcome = entry.outcome if entry is not None else Outcome.ABORTED
+    if outcome is Outcome.KEPT_STABLE:
+        return p.in_phase(Phase.HEALTHY, True, "ExperimentKeptStable", entry.reason if entry else "")
     return p.in_phase(
         Phase.ROLLED_BACK if outcome is Outcome.ROLLED_BACK else Phase.ABORTED,
         False,
@@ -225,10 +235,11 @@ def _canary_target(p: Pass) -> tuple[TrackTarget | None, int]:
     on top of `replicas`.
     """
     spec, status, obs, total = p.spec, p.status, p.obs, p.spec.replicas
-    if status.canary_revision is None:
+    if status.canary_revision is None or p.preflight_wanted:
         return None, total
+    config = p.served_spec(status.canary_revision).serving()
     if status.canary_revision == status.stable_revision:  # promoting
-        return TrackTarget(status.canary_revision, spec.serving(), max(obs.canary.ready, 1)), total
+        return TrackTarget(status.canary_revision, config, max(obs.canary.ready, 1)), total
     assert status.current_step is not None
     wanted = canary_replicas(total, spec.rollout.steps[status.current_step].weight)
     ready = obs.canary.ready if obs.canary.revision == status.canary_revision else 0
@@ -236,7 +247,7 @@ def _canary_target(p: Pass) -> tuple[TrackTarget | None, int]:
     stable_replicas = max(1, total - serving) if serving and total > 1 else total
     if p.canary_traffic:  # serving canary pods beyond the step's share go once stable covers
         wanted = max(wanted, min(ready, total - obs.stable.ready))
-    return TrackTarget(status.canary_revision, spec.serving(), wanted), stable_replicas
+    return TrackTarget(status.canary_revision, config, wanted), stable_replicas
 
 
 def _finish(p: Pass) -> Decision:
@@ -258,4 +269,13 @@ def _finish(p: Pass) -> Decision:
         analysis_due=p.analysis_due,
         route_weight=_route_weight(p),
         keep_canary=keep,
+        preflight=_preflight_target(p),
     )
+
+
+def _preflight_target(p: Pass) -> TrackTarget | None:
+    """The preflight Job the live canary waits for (none once it has a verdict: status keeps it)."""
+    revision = p.status.canary_revision
+    if not p.preflight_wanted or revision is None:
+        return None
+    return TrackTarget(revision, p.served_spec(revision).serving(), 0)

@@ -70,7 +70,7 @@ def promote(p: Pass, reason: str) -> Pass:
         .with_event("Promoted", f"canary {revision} promoted: {reason}")
         .with_status(
             stable_revision=revision,
-            stable_serving=p.spec.serving(),
+            stable_serving=p.served_spec(revision).serving(),
             current_step=None,
             step_started_at=p.obs.now,  # the promotion's progress deadline counts from here
             step_ready_at=None,

@@ -7,6 +7,7 @@ from typing import Any
 from specfleet.api.spec import SpeculativeDeploymentSpec
 from specfleet.api.status import ConditionStatus, HistoryEntry, Outcome, Phase, SpeculativeDeploymentStatus
 from specfleet.api.vocabulary import Command, ConditionType, command_target
+from specfleet.autotune.candidates import spec_for_revision
 from specfleet.rollout.types import Event, Observation, live_canary, set_condition
 
 
@@ -25,9 +26,19 @@ class Pass:
     """The canary that was live when this pass began: commands can only be for it."""
     decided: bool = False
     """The live canary's move for this pass is made (ended, paused, waiting): its later transitions are skipped."""
+    measuring: bool = False
+    """The live canary is an experiment's candidate: its first step measures it, it never advances."""
+    measured: bool = False
+    """The measuring candidate's step is over (pause and a passing analysis, or a promote)."""
+    preflight_wanted: bool = False
+    """The live canary waits for its preflight Job: no canary Deployment until it passes."""
 
     def but(self, **changes: Any) -> "Pass":
         return replace(self, **changes)
+
+    def served_spec(self, revision: str | None) -> SpeculativeDeploymentSpec:
+        """The spec whose serving part renders `revision` (an experiment's candidate, or the spec)."""
+        return spec_for_revision(self.spec, self.status.experiment, revision)
 
     def with_status(self, **changes: Any) -> "Pass":
         return replace(self, status=self.status.model_copy(update=changes))
@@ -81,10 +92,10 @@ class Pass:
             outcome=outcome,
             time=self.obs.now,
             reason=reason[:1024],
-            summary=self.spec.summary()[:1024] if of_current_spec else "",
+            summary=self.served_spec(revision).summary()[:1024] if of_current_spec else "",
             acceptance_alpha=measured.acceptance_alpha if measured else None,
             acceptance_rate=measured.acceptance_rate if measured else None,
             token_latency_p95_seconds=measured.token_latency_p95_seconds if measured else None,
-            serving=self.spec.serving() if of_current_spec else None,
+            serving=self.served_spec(revision).serving() if of_current_spec else None,
         )
         return self.with_status(history=[*self.status.history, entry][-self.spec.rollout.history_limit :])

@@ -3,6 +3,7 @@
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 from specfleet.api.status import (
@@ -73,6 +74,8 @@ class Observation:
     """Whether a Prometheus is configured to judge canaries at all."""
     routed: bool = False
     """Whether traffic is split by an HTTPRoute's weights (so a 100% step leaves stable without traffic)."""
+    preflights: Mapping[str, "PreflightObservation"] = field(default_factory=dict)
+    """The fleet's preflight Jobs, by the revision they check."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,9 @@ class Decision:
     """Leave every child as it is (the spec cannot be rendered, so nothing new is known)."""
     route_weight: int = 0
     """Canary weight for an HTTPRoute (percent): the current step's weight while the canary takes traffic."""
+    preflight: TrackTarget | None = None
+    """A preflight Job should exist for this revision and serving config (replicas unused); the shell
+    deletes the fleet's preflight Jobs for any other revision."""
     keep_canary: bool = False
     """With `canary` None: leave the canary Deployment (and its Service) as they are, a retiring canary
     draining; it is deleted by a later decision."""
@@ -147,3 +153,22 @@ def live_canary(status: SpeculativeDeploymentStatus) -> str | None:
     """The canary revision under judgement: set, and not already promoted (stable rolling to it)."""
     canary = status.canary_revision
     return canary if canary is not None and canary != status.stable_revision else None
+
+
+class PreflightState(StrEnum):
+    """Where a preflight Job is: running (or not yet started), or finished with its verdict."""
+
+    RUNNING = "Running"
+    PASSED = "Passed"
+    FAILED = "Failed"
+
+
+@dataclass(frozen=True)
+class PreflightObservation:
+    """A preflight Job of this fleet, as the API server reports it."""
+
+    revision: str
+    """The canary revision it checks (its `specfleet.io/revision` label)."""
+    state: PreflightState
+    message: str = ""
+    """The check's own words (the pod's termination message), or the Job's condition message."""

@@ -1,0 +1,1 @@
+"""Finding the best speculative config by measurement: experiments over candidates, load-aware depth."""

@@ -1,0 +1,63 @@
+"""An experiment over k on the simulator, judged from a real Prometheus with the operator running.
+
+The scenario says what the user has (a drafter whose per-token acceptance is 0.55 on this traffic, the
+load per pod); the simulator's closed-form oracle (`specfleet.sim.oracle`) says which k is fastest for
+that, and the experiment must find it by measuring, and promote it.
+"""
+
+from typing import Any
+
+import pytest
+
+from specfleet.hardware import MI300X
+from specfleet.sim.oracle import Setup, token_latency
+
+from fleetkit import GOOD_DRAFTER, SCENARIO, Fleet, Operator, Simulator, sdep, wait_for
+
+pytestmark = pytest.mark.integration
+
+CANDIDATES = (1, 3, 5, 8)
+KNOBS = {**SCENARIO["defaults"], "acceptance": 0.55}
+ROLLOUT: dict[str, Any] = {
+    "steps": [{"weight": 50, "pause": {"duration": "1s"}}],
+    "analysis": {"interval": "5s", "window": "30s"},
+    "guardrails": {"minDraftTokens": 200, "minAcceptanceAlpha": 0.4},
+    "progressDeadline": "2m",
+}
+
+
+def eagle3(k: int) -> dict[str, Any]:
+    return {"method": "eagle3", "model": GOOD_DRAFTER, "revision": "main", "numSpeculativeTokens": k}
+
+
+def test_an_experiment_over_k_promotes_the_k_the_model_says_is_fastest(
+    guarded_operator: Operator, simulator: Simulator, fleet: Fleet
+) -> None:
+    simulator.put({**SCENARIO, "defaults": KNOBS})
+    setup = Setup(gpu=MI300X, tensor_parallel_size=2, drafter=GOOD_DRAFTER, knobs=KNOBS)
+    latency = {k: token_latency(setup.config(k)) for k in (*CANDIDATES, 10)}
+    best, runner_up = sorted(CANDIDATES, key=latency.__getitem__)[:2]
+    assert latency[runner_up] > 1.05 * latency[best], "the scenario must tell the candidates apart"
+    assert latency[10] > 1.05 * latency[best], "and the winner must beat stable"
+
+    fleet.apply(sdep(rollout=ROLLOUT, speculative=eagle3(10)))
+    stable = wait_for("Healthy", fleet.phase_is("llama", "Healthy"), timeout=90)["stableRevision"]
+    fleet.patch_spec("llama", {"autoTune": {"candidates": [{"numSpeculativeTokens": k} for k in CANDIDATES]}})
+
+    def promoted() -> dict[str, Any] | None:
+        status = fleet.status("llama")
+        experiment = status.get("experiment") or {}
+        done = status.get("stableRevision") not in (None, stable) and status.get("phase") == "Healthy"
+        return status if done and experiment.get("revision") == status["stableRevision"] else None
+
+    status = wait_for("the experiment's winner promoted", promoted, timeout=420)
+    candidates = status["experiment"]["candidates"]
+    assert [c["state"] for c in candidates].count("Chosen") == 1
+    measured = {c["numSpeculativeTokens"]: c["tokenLatencyRatio"] for c in candidates}
+    chosen = next(c["numSpeculativeTokens"] for c in candidates if c["state"] == "Chosen")
+    assert chosen == best, f"measured ratios to stable {measured}, oracle {latency}"
+    assert all(c["canary"]["acceptanceAlpha"] == pytest.approx(0.55, abs=0.07) for c in candidates)
+    pods = fleet.pods("specfleet.io/name=llama,specfleet.io/track=stable")  # stable now serves the winner
+    configs = [arg for pod in pods for arg in pod.spec.containers[0].args if "num_speculative_tokens" in arg]
+    assert configs and all(f'"num_speculative_tokens":{best}' in arg.replace(" ", "") for arg in configs)
+    assert status["history"][-1]["outcome"] == "Promoted" and f"k={best}" in status["history"][-1]["summary"]
