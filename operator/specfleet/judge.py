@@ -73,6 +73,10 @@ class TrackEvidence:
     accepted_per_position: tuple[float, ...] = ()
     generation_tokens: float | None = None
     preemptions: float | None = None
+    step_latency_mean: float | None = None
+    """Mean engine step (the step-latency histogram's sum / count)."""
+    batch_mean: float | None = None
+    """Requests running per pod (`vllm:num_requests_running`), averaged over the range: the batch size."""
     waiting_growth: float | None = None
     """Growth of the waiting queue (`vllm:num_requests_waiting`, summed over pods) over the range."""
     kv_cache_usage_mean: float | None = None
@@ -157,6 +161,8 @@ def measurements(evidence: TrackEvidence) -> Measurements:
         token_latency_p50_seconds=_rounded(_quantile(e.token_latency, 0.5)),
         token_latency_p95_seconds=_rounded(_quantile(e.token_latency, LATENCY_QUANTILE)),
         step_latency_p95_seconds=_rounded(_quantile(e.step_latency, LATENCY_QUANTILE)),
+        step_latency_mean_seconds=_rounded(e.step_latency_mean),
+        batch_size_mean=_rounded(e.batch_mean, 3),
         ttft_p95_seconds=_rounded(_quantile(e.ttft, LATENCY_QUANTILE)),
         error_rate=_rounded(_ratio(e.errors, e.requests)),
         generation_tokens_per_second=_rounded(_ratio(e.generation_tokens, e.seconds), 3),

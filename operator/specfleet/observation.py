@@ -4,6 +4,7 @@ Pure: no API calls here. Counting comes from pods, not from Deployment status, s
 rolling from one revision to another never counts old pods as Ready at the new revision.
 """
 
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -14,11 +15,14 @@ from pydantic import ValidationError
 from specfleet.api.problems import InvalidSpecError
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.vocabulary import LABEL_NAME, LABEL_REVISION, LABEL_TRACK, Command, Track
+from specfleet.preflight import LABEL_PREFLIGHT
 from specfleet.render.manifests import revision
-from specfleet.rollout import ContainerCrash, Observation, TrackObservation
+from specfleet.rollout import ContainerCrash, Observation, PreflightObservation, PreflightState, TrackObservation
 from specfleet.validation import errors, spec_problems
 
 Raw = Mapping[str, Any]
+MESSAGE_LIMIT = 500
+"""A preflight's message goes into status and an Event: its summary, not the whole verdict."""
 
 
 @dataclass(frozen=True)
@@ -152,6 +156,60 @@ def pods_of(pods: Iterable[Raw], name: str, track: Track) -> list[Raw]:
     ]
 
 
+def _job_state(job: Raw) -> tuple[PreflightState, str]:
+    """Complete=True passed, Failed=True failed (with the Job controller's reason), anything else runs."""
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        if condition.get("type") == "Complete":
+            return PreflightState.PASSED, ""
+        if condition.get("type") == "Failed":
+            return PreflightState.FAILED, f"{condition.get('reason', 'Failed')}: {condition.get('message', '')}"
+    return PreflightState.RUNNING, ""
+
+
+def _termination_message(pod: Raw) -> str:
+    """The verdict's summary from the container's termination message (JSON), or the message's last line
+    (the log tail the kubelet falls back to), or why the container waits (an image pull, say)."""
+    for container in _pod_status(pod).get("containerStatuses") or []:
+        state = container.get("state") or {}
+        terminated, waiting = state.get("terminated") or {}, state.get("waiting") or {}
+        text = str(terminated.get("message") or "").strip()
+        if text:
+            try:
+                return str(json.loads(text)["summary"])
+            except (ValueError, KeyError, TypeError):
+                return text.splitlines()[-1]
+        if waiting.get("reason"):
+            return f"waiting: {waiting['reason']}: {waiting.get('message', '')}".rstrip(": ")
+    return _unschedulable(pod)
+
+
+def preflight_observations(
+    jobs: Iterable[Raw], pods: Iterable[Raw], uid: str | None
+) -> dict[str, PreflightObservation]:
+    """The fleet's preflight Jobs by the revision they check, with the check's own words when its pod has them.
+
+    Jobs not controlled by the fleet are left out, whatever their labels say.
+    """
+    by_job: dict[str, Raw] = {}
+    for pod in pods:
+        for ref in pod.get("metadata", {}).get("ownerReferences") or []:
+            if ref.get("kind") == "Job" and ref.get("controller"):
+                by_job[ref.get("uid")] = pod
+    observed = {}
+    for job in jobs:
+        meta = job.get("metadata", {})
+        rev = (meta.get("labels") or {}).get(LABEL_REVISION)
+        if rev is None or LABEL_PREFLIGHT not in (meta.get("labels") or {}) or not controlled_by(job, uid):
+            continue
+        state, reason = _job_state(job)
+        pod = by_job.get(meta.get("uid"))
+        message = (_termination_message(pod) if pod is not None else "") or reason
+        observed[rev] = PreflightObservation(rev, state, message[:MESSAGE_LIMIT])
+    return observed
+
+
 def observe(
     sdep: SpeculativeDeployment,
     deployments: Mapping[Track, Raw | None],
@@ -160,6 +218,8 @@ def observe(
     *,
     guarded: bool,
     routed: bool = False,
+    preflight_jobs: Iterable[Raw] = (),
+    preflight_pods: Iterable[Raw] = (),
 ) -> Observation:
     """The state machine's view of one SpeculativeDeployment and its children."""
     pods = list(pods)
@@ -183,4 +243,5 @@ def observe(
         commands=commands,
         guarded=guarded,
         routed=routed,
+        preflights=preflight_observations(preflight_jobs, preflight_pods, meta.uid),
     )

@@ -173,14 +173,14 @@ def free_port() -> int:
 class Simulator:
     """`specfleet sim` as a child process for one namespace, with its control endpoint."""
 
-    def __init__(self, cluster: ClusterInfo, namespace: str, workdir: Path) -> None:
+    def __init__(self, cluster: ClusterInfo, namespace: str, workdir: Path, extra: tuple[str, ...] = ()) -> None:
         self.url = f"http://127.0.0.1:{free_port()}"
         scenario = workdir / "scenario.yaml"
         scenario.write_text(yaml.safe_dump(SCENARIO))
         command = [
             sys.executable, "-m", "specfleet.cli", "sim", "--scenario", str(scenario),
             "--kubeconfig", str(cluster.kubeconfig), "--file-sd-dir", str(cluster.file_sd_dir),
-            "--namespace", namespace, "--listen", self.url.removeprefix("http://"), "--seed", "7",
+            "--namespace", namespace, "--listen", self.url.removeprefix("http://"), "--seed", "7", *extra,
         ]  # fmt: skip
         self.log = (workdir / "sim.log").open("wb")
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)

@@ -5,6 +5,7 @@ load per pod); the simulator's closed-form oracle (`specfleet.sim.oracle`) says 
 that, and the experiment must find it by measuring, and promote it.
 """
 
+import json
 from typing import Any
 
 import pytest
@@ -61,3 +62,36 @@ def test_an_experiment_over_k_promotes_the_k_the_model_says_is_fastest(
     configs = [arg for pod in pods for arg in pod.spec.containers[0].args if "num_speculative_tokens" in arg]
     assert configs and all(f'"num_speculative_tokens":{best}' in arg.replace(" ", "") for arg in configs)
     assert status["history"][-1]["outcome"] == "Promoted" and f"k={best}" in status["history"][-1]["summary"]
+
+    # The traffic grows past the knee, in two stages (longer answers, more of them: batches of tens, then
+    # hundreds): the fleet's looks while Healthy add load points at each batch size, and the proposed
+    # schedule backs off. One load past the knee at one k cannot place the knee; two can.
+    seen: dict[str, Any] = {}
+
+    def measured_at(batch: float) -> bool:
+        seen.update(fleet.status("llama").get("autoTune") or {})
+        return any(p["k"] == best and p["batch"] >= batch for p in seen.get("points", []))
+
+    simulator.put({**SCENARIO, "defaults": {**KNOBS, "load": 40.0, "output_tokens": 512}})
+    wait_for("a load point with batches of tens", lambda: measured_at(40), timeout=180)
+    busy = {**KNOBS, "load": 60.0, "output_tokens": 1024}
+    simulator.put({**SCENARIO, "defaults": busy})
+
+    def backs_off() -> dict[str, Any] | None:
+        seen.update(fleet.status("llama").get("autoTune") or {})
+        proposal = seen.get("proposal") or {}
+        rows = proposal.get("schedule") or []
+        return proposal if rows and rows[-1]["numTokens"] < rows[0]["numTokens"] else None
+
+    try:
+        proposal = wait_for("a schedule that lowers k at large batches", backs_off, timeout=300)
+    except BaseException:
+        print(json.dumps(seen, indent=1))  # the points and the last proposal, to see why
+        raise
+    rows = proposal["schedule"]
+    assert rows[0]["start"] == 1  # at small batches: a k the model says is as fast as the winner (ties go lower)
+    assert token_latency(setup.config(rows[0]["numTokens"])) <= 1.02 * latency[best], proposal
+    busy_setup = Setup(gpu=MI300X, tensor_parallel_size=2, drafter=GOOD_DRAFTER, knobs=busy)
+    lower = rows[-1]["numTokens"]
+    assert token_latency(busy_setup.config(lower)) < token_latency(busy_setup.config(best)), proposal
+    assert fleet.status("llama")["phase"] == "Healthy"  # a proposal, not applied (autoTune.apply is off)

@@ -27,10 +27,12 @@ from specfleet.devcluster import images
 from specfleet.devcluster.cluster import ClusterInfo
 from specfleet.devcluster.images import OPERATOR, BaseChoice, Built, ImageBuilder, ImageError
 from specfleet.devcluster.paths import cache_root
+from specfleet.preflight.job import preflight_job
 from specfleet.realvllm import install
 from specfleet.realvllm.translate import translate
 from specfleet.render import manifests
 from specfleet.render.argv import served_model_name
+from specfleet.sim.tiny_tokenizers import hub_snapshot, write_tokenizer
 
 from fleetkit import EAGLE3_K5, PLAIN, Fleet, Simulator, free_port, start_canary, wait_for
 
@@ -293,3 +295,48 @@ def test_the_vllm_image_serves_the_rendered_pods_command_line_on_a_tiny_model(
     assert completion["choices"][0]["text"], completion
     assert "vllm:spec_decode_num_drafts_total" in metrics
     assert arctic.returncode == 0 and "/site-packages/arctic_inference/" in arctic.stdout, arctic.stderr
+
+
+@pytest.mark.vllm
+def test_the_vllm_image_runs_the_rendered_preflight_job_offline_as_the_pods_user(
+    builder: ImageBuilder, vllm_home: install.VllmHome, tmp_path: Path
+) -> None:
+    """The preflight Job's container, as rendered, in the vLLM image (on its stand-in): no network, the model
+    cache mounted at HF_HOME and the termination log at its path, as a kubelet would. The tiny models' drafter
+    passes against their target (real byte-level BPE tokenizers); a drafter with another vocabulary fails."""
+    built = builder.build(images.vllm_spec(vllm_home.venv, install.DEFAULT_VERSION), BaseChoice.STAND_IN)
+    cache = tmp_path / "hf"  # the pods' model cache, in the hub's layout
+    for model in ("target", "good-drafter"):
+        shutil.copytree(vllm_home.models / model, hub_snapshot(cache, f"specfleet-tiny/{model}", "main"))
+    write_tokenizer(hub_snapshot(cache, "specfleet-test/other-vocab", "main"), vocab_size=600)
+    for path in [cache, *cache.rglob("*")]:
+        os.chown(path, manifests.SERVING_UID, manifests.SERVING_UID)
+    verdicts = {}
+    for drafter in ("specfleet-tiny/good-drafter", "specfleet-test/other-vocab"):
+        document = yaml.safe_load((ROOT / "examples" / "codellama-ngram.yaml").read_text())
+        document["spec"]["model"] = {"name": "specfleet-tiny/target", "revision": "main"}
+        document["spec"]["speculative"] = {"method": "draft_model", "model": drafter, "revision": "main"}
+        sdep = SpeculativeDeployment.from_mapping(document)
+        pod = preflight_job(sdep, "r", sdep.spec.serving())["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        termination = tmp_path / f"termination-{drafter.replace('/', '-')}"
+        termination.touch()
+        os.chown(termination, manifests.SERVING_UID, manifests.SERVING_UID)  # as a kubelet makes it for the pod
+        env = {**{e["name"]: e["value"] for e in container["env"] if "value" in e}, "HF_HUB_OFFLINE": "1"}
+        argv = builder.storage.podman(
+            *("run", "--rm", "--network", "none", *images.PODMAN_ULIMITS),
+            *("--user", f"{pod['securityContext']['runAsUser']}:{pod['securityContext']['runAsGroup']}"),
+            *("--volume", f"{vllm_home.venv}:{images.VLLM_MOUNT}:ro", "--volume", f"{cache}:{manifests.HF_HOME}"),
+            *("--volume", f"{termination}:{container['terminationMessagePath']}"),
+            *(part for key, value in env.items() for part in ("--env", f"{key}={value}")),
+            *("--entrypoint", json.dumps(container["command"]), built.tag, *container["args"]),
+        )
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+        verdicts[drafter] = (done.returncode, json.loads(termination.read_text() or "{}"), done.stderr[-2000:])
+    code, verdict, stderr = verdicts["specfleet-tiny/good-drafter"]
+    assert code == 0 and verdict["passed"], (verdict, stderr)
+    assert verdict["target"]["source"] == "tokenizer of specfleet-tiny/target@main"
+    assert "drafter size measured from its weight files" in " ".join(verdict["notes"])
+    code, verdict, stderr = verdicts["specfleet-test/other-vocab"]
+    assert code == 1 and not verdict["passed"], (verdict, stderr)
+    assert any(p.startswith("vocabulary size differs: target ") for p in verdict["problems"]), verdict

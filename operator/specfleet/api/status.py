@@ -7,6 +7,7 @@ from typing import Annotated
 from pydantic import Field, JsonValue, WithJsonSchema
 
 from specfleet.api.base import ApiModel
+from specfleet.api.spec import BatchSizeDepth
 
 HISTORY_MAX = 50
 ShortText = Annotated[str, Field(max_length=1024)]
@@ -71,6 +72,10 @@ class Measurements(ApiModel):
     """p95 per-token latency over requests: what the latency guardrail judges."""
     step_latency_p95_seconds: float | None = None
     """p95 engine-step latency (vLLM's inter-token latency, one observation per request per step)."""
+    step_latency_mean_seconds: float | None = None
+    """Mean engine-step latency: with the batch size, what the load-aware depth is fitted to."""
+    batch_size_mean: float | None = None
+    """Requests running per pod, averaged over the range (`vllm:num_requests_running`): the batch size."""
     ttft_p95_seconds: float | None = None
     error_rate: float | None = None
     """Requests that ended in error / finished requests (client aborts excluded)."""
@@ -185,6 +190,44 @@ class ExperimentStatus(ApiModel):
     """When the choice was made (or every candidate was found wanting)."""
 
 
+class LoadPointStatus(ApiModel):
+    """One measured mean step time of the served drafter at a depth and a batch size, over one window."""
+
+    k: int
+    batch: float
+    """Requests running per pod, averaged over the window."""
+    step_seconds: float
+    samples: float
+    """Finished requests behind the measurement (its weight in the fit)."""
+    time: datetime
+
+
+class ScheduleProposal(ApiModel):
+    """A batch-size schedule of the depth derived from the load points, or why there is none."""
+
+    schedule: Annotated[list[BatchSizeDepth], Field(max_length=32)] | None = None
+    """Rows for `speculative.numSpeculativeTokensPerBatchSize`; unset: no change is proposed."""
+    disable_above: int | None = None
+    """For engines without the schedule: the largest batch that still pays for speculation."""
+    reason: ShortText = ""
+    predictions: Annotated[list[ShortText], Field(max_length=32)] = []
+    """Per batch range, the predicted per-token latency of each depth: why each range gets its depth."""
+    time: datetime | None = None
+
+
+class AutoTuneStatus(ApiModel):
+    """What the fleet measured of its drafter at several loads, and the load-aware depth it suggests."""
+
+    drafter: ShortText = ""
+    """The drafter the points are of (method, model, revision): another drafter starts the points anew."""
+    acceptance_per_position: Annotated[list[float], Field(max_length=64)] = []
+    """The longest per-position acceptance measured of that drafter: its tokens per step at any k."""
+    points: Annotated[list[LoadPointStatus], Field(max_length=32)] = []
+    last_look: datetime | None = None
+    """The last time the fleet was measured while Healthy."""
+    proposal: ScheduleProposal | None = None
+
+
 class PreflightStatus(ApiModel):
     """The last preflight check of a new drafter (a Job in the serving image), which gates its canary."""
 
@@ -259,5 +302,7 @@ class SpeculativeDeploymentStatus(ApiModel):
     """The last experiment over `spec.autoTune.candidates` (kept after it ends, for its table)."""
     preflight: PreflightStatus | None = None
     """The last preflight check of a canary's new drafter."""
+    auto_tune: AutoTuneStatus | None = None
+    """Load points and the proposed batch-size schedule of the depth (with `spec.autoTune`)."""
     acknowledged_commands: Annotated[dict[str, Annotated[str, Field(max_length=256)]], Field(max_length=8)] = {}
     """Command annotations already acted on (name -> value), so a restart never acts on one twice."""

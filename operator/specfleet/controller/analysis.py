@@ -9,9 +9,10 @@ from specfleet.api.spec import SpeculativeMethod
 from specfleet.api.status import Analysis, SpeculativeDeploymentStatus, Verdict
 from specfleet.autotune.candidates import spec_for_revision
 from specfleet.controller.metrics import ANALYSES, ANALYSIS_SECONDS
-from specfleet.judge import TrackEvidence, judge
+from specfleet.judge import TrackEvidence, judge, measurements
 from specfleet.metrics import promql
 from specfleet.metrics.prometheus import MetricsProvider, ProviderError
+from specfleet.rollout.types import FleetLook
 from specfleet.stats import Binned
 
 MAX_REASON = 1000
@@ -108,3 +109,18 @@ def analyze(
         canary=result.canary,
         stable=result.stable,
     )
+
+
+def measure_fleet(
+    provider: MetricsProvider, sdep: SpeculativeDeployment, status: SpeculativeDeploymentStatus, now: datetime
+) -> FleetLook:
+    """Blocking: the stable track over the last analysis window, while the fleet is Healthy."""
+    assert status.stable_revision is not None
+    meta = sdep.metadata
+    seconds = parse_duration(sdep.spec.rollout.analysis.window).total_seconds()
+    stable = promql.TrackSelector(meta.namespace, meta.name, "stable", status.stable_revision)
+    try:
+        found = evidence(provider, stable, seconds, now.timestamp())
+    except ProviderError as error:
+        return FleetLook(time=now, revision=status.stable_revision, error=str(error)[:MAX_REASON])
+    return FleetLook(time=now, revision=status.stable_revision, stable=measurements(found))

@@ -31,7 +31,8 @@ from specfleet.controller.kube import Kube, connection_info
 from specfleet.controller.metrics import LEADER, FleetCollector
 from specfleet.controller.queue import WorkQueue
 from specfleet.controller.reconciler import Reconciler
-from specfleet.controller.store import Store
+from specfleet.controller.store import PREFLIGHT_POD, Store
+from specfleet.preflight import LABEL_PREFLIGHT
 
 MANAGED = {"app.kubernetes.io/managed-by": FIELD_MANAGER}
 INITIAL_SYNC_SECONDS = 2.0
@@ -250,9 +251,9 @@ class Controller:
             key = self.store.put_sdep(event["object"], deleted=event.get("type") == "DELETED")
             self.queue.add(key)
 
-        def child_handler(kind: str) -> Any:
+        def child_handler(kind: str, label: str = LABEL_NAME) -> Any:
             async def on_child(event: dict[str, Any], **_: Any) -> None:
-                owner = self.store.put_child(kind, event["object"], deleted=event.get("type") == "DELETED")
+                owner = self.store.put_child(kind, event["object"], deleted=event.get("type") == "DELETED", label=label)
                 if owner is not None and owner in self.store.sdeps:
                     self.queue.add(owner)
 
@@ -262,4 +263,10 @@ class Controller:
         kopf.on.event("apps", "v1", "deployments", labels=MANAGED, registry=registry)(child_handler("Deployment"))
         kopf.on.event("", "v1", "services", labels=MANAGED, registry=registry)(child_handler("Service"))
         kopf.on.event("", "v1", "pods", labels={LABEL_NAME: kopf.PRESENT}, registry=registry)(child_handler("Pod"))
+        kopf.on.event("batch", "v1", "jobs", labels={LABEL_PREFLIGHT: kopf.PRESENT}, registry=registry)(
+            child_handler("Job")
+        )
+        kopf.on.event("", "v1", "pods", labels={LABEL_PREFLIGHT: kopf.PRESENT}, registry=registry)(
+            child_handler(PREFLIGHT_POD, LABEL_PREFLIGHT)
+        )
         return registry

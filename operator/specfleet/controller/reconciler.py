@@ -25,16 +25,17 @@ from urllib3.exceptions import HTTPError
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.status import Analysis, SpeculativeDeploymentStatus, Verdict
 from specfleet.api.vocabulary import LABEL_TRACK, Track
-from specfleet.controller.analysis import analyze
+from specfleet.controller.analysis import analyze, measure_fleet
 from specfleet.controller.kube import Kube, SecretError
 from specfleet.controller.metrics import RECONCILE_SECONDS, RECONCILES, TRANSITIONS
 from specfleet.controller.queue import WorkQueue
-from specfleet.controller.store import Key, Store
+from specfleet.controller.store import PREFLIGHT_POD, Key, Store
 from specfleet.metrics.prometheus import Prometheus
 from specfleet.observation import controlled_by, observe, parse
 from specfleet.patches import contains, merge_patch, stamped
+from specfleet.preflight.job import preflight_job
 from specfleet.render.manifests import Manifest, child_name, deployment, fleet_selector, route_rules, service
-from specfleet.rollout import Decision, Observation, decide
+from specfleet.rollout import Decision, FleetLook, Observation, TrackTarget, decide
 
 logger = logging.getLogger("specfleet.reconciler")
 
@@ -132,7 +133,16 @@ class Reconciler:
         pods = self.store.children("Pod", key).values()
         url = self._prometheus_url(sdep)
         routed = await self._blocking(self._routed, sdep)
-        observation = observe(sdep, deployments, pods, self.clock(), guarded=url is not None, routed=routed)
+        observation = observe(
+            sdep,
+            deployments,
+            pods,
+            self.clock(),
+            guarded=url is not None,
+            routed=routed,
+            preflight_jobs=self.store.children("Job", key).values(),
+            preflight_pods=self.store.children(PREFLIGHT_POD, key).values(),
+        )
         if self._conflicts.get(key):
             names = ", ".join(sorted(self._conflicts[key]))
             observation = _with_problem(observation, f"objects not created by specfleet already use the names {names}")
@@ -145,10 +155,24 @@ class Reconciler:
             else:
                 analysis = await self._blocking(analyze, provider, sdep, decision.status, observation.now)
             decision = decide(sdep.spec, sdep.status, replace(observation, analysis=analysis))
-        children = {kind: self.store.children(kind, key) for kind in ("Deployment", "Service")}
+        if decision.fleet_look_due and url is not None:
+            look = await self._look(sdep, url, decision.status, observation.now)
+            decision = decide(sdep.spec, sdep.status, replace(observation, fleet_look=look))
+        children = {kind: self.store.children(kind, key) for kind in ("Deployment", "Service", "Job")}
         await self._blocking(self._apply, key, body, sdep, decision, children)
         after = decision.requeue_after.total_seconds() if decision.requeue_after is not None else None
         return min(after, self.resync_seconds) if after is not None else self.resync_seconds
+
+    async def _look(
+        self, sdep: SpeculativeDeployment, url: str, status: SpeculativeDeploymentStatus, now: datetime
+    ) -> FleetLook:
+        """The stable track measured while Healthy (load points for the load-aware depth)."""
+        assert status.stable_revision is not None
+        try:
+            provider = await self._blocking(self._provider, sdep, url)
+        except SecretError as error:
+            return FleetLook(time=now, revision=status.stable_revision, error=f"Prometheus auth: {error}")
+        return await self._blocking(measure_fleet, provider, sdep, status, now)
 
     def _owned(self, key: Key, sdep: SpeculativeDeployment, kind: str, name: str) -> dict[str, Any] | None:
         obj = self.store.children(kind, key).get(name)
@@ -190,6 +214,7 @@ class Reconciler:
             if decision.keep_canary or self._canary_still_selected(sdep, children):
                 keep |= {("Deployment", child_name(sdep, Track.CANARY)), ("Service", child_name(sdep, Track.CANARY))}
             self._delete_unwanted(key, sdep, keep, children)
+            self._reconcile_preflight(key, sdep, decision.preflight, children.get("Job", {}))
         for event in decision.events:
             TRANSITIONS.labels(event.reason).inc()
             level = logging.WARNING if event.type == "Warning" else logging.INFO
@@ -274,6 +299,29 @@ class Reconciler:
             for name, obj in children.get(kind, {}).items():
                 if (kind, name) not in wanted and controlled_by(obj, sdep.metadata.uid):
                     self.kube.delete(api_version, kind, key[0], name, obj["metadata"]["uid"])
+
+    def _reconcile_preflight(
+        self, key: Key, sdep: SpeculativeDeployment, target: TrackTarget | None, jobs: dict[str, Any]
+    ) -> None:
+        """The preflight Job the decision asks for exists (created once: a Job's template cannot change, and
+        its name holds the revision); the fleet's other preflight Jobs go, their pods with them."""
+        wanted = preflight_job(sdep, target.revision, target.serving) if target is not None else None
+        name = wanted["metadata"]["name"] if wanted is not None else None
+        for job_name, job in jobs.items():
+            if job_name != name and controlled_by(job, sdep.metadata.uid):
+                self.kube.delete("batch/v1", "Job", key[0], job_name, job["metadata"]["uid"])
+        if wanted is None:
+            return
+        observed = jobs.get(name)
+        if observed is None:
+            try:
+                self.kube.create(wanted)
+            except ConflictError:  # created meanwhile: by us (the watch is behind) or by someone else
+                observed = self.kube.read("batch/v1", "Job", key[0], name)
+        if observed is not None and not controlled_by(observed, sdep.metadata.uid):
+            self._conflicts.setdefault(key, set()).add(f"Job/{name}")
+        else:
+            self._conflicts.get(key, set()).discard(f"Job/{name}")
 
     def _write_status(
         self, key: Key, body: dict[str, Any], sdep: SpeculativeDeployment, status: SpeculativeDeploymentStatus

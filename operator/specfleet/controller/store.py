@@ -9,6 +9,8 @@ from specfleet.api.vocabulary import LABEL_NAME
 
 Key = tuple[str, str]  # (namespace, name) of a SpeculativeDeployment
 Raw = dict[str, Any]
+PREFLIGHT_POD = "PreflightPod"
+"""The kind under which the pods of preflight Jobs are kept, apart from the serving pods."""
 
 
 def key_of(obj: Mapping[str, Any]) -> Key:
@@ -16,10 +18,11 @@ def key_of(obj: Mapping[str, Any]) -> Key:
     return meta.get("namespace", ""), meta.get("name", "")
 
 
-def owner_key(obj: Mapping[str, Any]) -> Key | None:
-    """The SpeculativeDeployment a child belongs to, from its `specfleet.io/name` label."""
+def owner_key(obj: Mapping[str, Any], label: str = LABEL_NAME) -> Key | None:
+    """The SpeculativeDeployment a child belongs to, from its `specfleet.io/name` label (or `label`: preflight
+    pods name their fleet in `specfleet.io/preflight`, so that the fleet's Service never selects them)."""
     meta = obj.get("metadata", {})
-    name = (meta.get("labels") or {}).get(LABEL_NAME)
+    name = (meta.get("labels") or {}).get(label)
     return (meta.get("namespace", ""), name) if name else None
 
 
@@ -38,9 +41,9 @@ class Store:
             self.sdeps[key] = copy.deepcopy(dict(obj))
         return key
 
-    def put_child(self, kind: str, obj: Mapping[str, Any], deleted: bool) -> Key | None:
-        """Record a Deployment, Service or Pod; returns the owner's key so it can be reconciled."""
-        owner = owner_key(obj)
+    def put_child(self, kind: str, obj: Mapping[str, Any], deleted: bool, label: str = LABEL_NAME) -> Key | None:
+        """Record a Deployment, Service, Job or Pod; returns the owner's key so it can be reconciled."""
+        owner = owner_key(obj, label)
         if owner is None:
             return None
         name = obj.get("metadata", {}).get("name", "")

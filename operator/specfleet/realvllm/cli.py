@@ -9,9 +9,12 @@ from pathlib import Path
 import kubernetes
 import typer
 
+from specfleet.preflight import LABEL_PREFLIGHT
 from specfleet.realvllm.install import InstallError, ensure
 from specfleet.realvllm.models import ensure_models
 from specfleet.realvllm.runner import LoadPlan, RealEngine
+from specfleet.sim.kubelet import PreflightKubelet
+from specfleet.sim.watch import KubePodSource
 
 
 def serve_real_vllm(
@@ -37,9 +40,13 @@ def serve_real_vllm(
         max_servers=max_servers,
         load=load,
     )
+    # preflight Jobs' pods get the kubelet stand-in's own tokenizers (the tiny models share one tokenizer too)
+    kubelet = PreflightKubelet(api_client)
+    preflight_pods = KubePodSource(api_client, namespaces, kubelet, label_selector=LABEL_PREFLIGHT)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     engine.start()
+    preflight_pods.start()
     typer.echo(f"specfleet sim: real vLLM {version} (CPU), at most {max_servers} servers; logs in {engine.workdir}")
     try:
         while not stopping.wait(1.0):
@@ -48,4 +55,6 @@ def serve_real_vllm(
         pass
     finally:
         typer.echo(json.dumps(engine.describe(), indent=1), err=True)
+        preflight_pods.stop()
+        kubelet.stop()
         engine.stop()

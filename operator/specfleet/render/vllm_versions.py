@@ -115,6 +115,13 @@ SPECULATIVE_KEYS: dict[str, Span] = {
 }
 """User-settable keys; `tensor_parallel_size` is never one (vLLM rejects it from 0.15.0, ignored it before)."""
 
+INERT_SPECULATIVE_KEYS: dict[str, str] = {
+    "disable_by_batch_size": "accepted and range-checked but never read: it belonged to the V0 engine, and the V1 "
+    "engine of 0.10.0-0.16.0 does not switch speculation off by batch size (vllm-project/vllm#35060 removed it); "
+    "from 0.24.0 num_speculative_tokens_per_batch_size does, with depth 0",
+}
+"""Keys a release accepts that do nothing (read from the 0.10.0, 0.13.0 and 0.16.0 source distributions)."""
+
 VALUES: dict[tuple[str, str], Span] = {
     ("draft_sample_method", "probabilistic"): Span(V("0.22.0")),  # 0.21.0 had greedy|gumbel
 }

@@ -16,6 +16,7 @@ from specfleet.rollout.canary import progress_canary, start_canary
 from specfleet.rollout.experiment import run_experiment
 from specfleet.rollout.lifecycle import drain, retire_canary
 from specfleet.rollout.state import Pass
+from specfleet.rollout.tuning import look_at_fleet
 from specfleet.rollout.types import Decision, Observation, TrackTarget, live_canary
 
 
@@ -150,7 +151,7 @@ def _serve_in_place(p: Pass) -> Pass:
     if p.status.canary_revision is not None:
         return p.in_phase(Phase.PROGRESSING, True, "Promoting", f"stable rolling to {stable_revision}")
     if p.obs.stable.ready >= p.spec.replicas:
-        return p.in_phase(Phase.HEALTHY, True, "RolloutComplete", f"serving {stable_revision}")
+        return look_at_fleet(p.in_phase(Phase.HEALTHY, True, "RolloutComplete", f"serving {stable_revision}"))
     reason = p.obs.stable.unschedulable
     return p.in_phase(
         Phase.PENDING if _never_available(p) else Phase.PROGRESSING,
@@ -186,7 +187,7 @@ def _hold_rejected(p: Pass) -> Pass:
     entry = next((h for h in reversed(p.status.history) if h.revision == rejected), None)
     outcome = entry.outcome if entry is not None else Outcome.ABORTED
     if outcome is Outcome.KEPT_STABLE:
-        return p.in_phase(Phase.HEALTHY, True, "ExperimentKeptStable", entry.reason if entry else "")
+        return look_at_fleet(p.in_phase(Phase.HEALTHY, True, "ExperimentKeptStable", entry.reason if entry else ""))
     return p.in_phase(
         Phase.ROLLED_BACK if outcome is Outcome.ROLLED_BACK else Phase.ABORTED,
         False,
@@ -267,6 +268,7 @@ def _finish(p: Pass) -> Decision:
         requeue_after=max(wake, timedelta(0)) if wake is not None else None,
         done_commands=tuple(k for k in obs.commands if k in final.status.acknowledged_commands),
         analysis_due=p.analysis_due,
+        fleet_look_due=p.fleet_look_due,
         route_weight=_route_weight(p),
         keep_canary=keep,
         preflight=_preflight_target(p),

@@ -15,6 +15,7 @@ from specfleet.render.manifests import revision
 from specfleet.rollout.canary import progress_canary, start_canary
 from specfleet.rollout.lifecycle import abort, retire_canary
 from specfleet.rollout.state import Pass
+from specfleet.rollout.tuning import drafter_of, with_points
 
 MODE = "sequential: one candidate after another on the canary track, each at the first step's weight"
 
@@ -95,6 +96,10 @@ def _measured(p: Pass, live: CandidateResult) -> Pass:
         stable=stable,
         reason="" if latency is not None else "no per-token latency measured",
     )
+    stable_spec = p.served_spec(p.status.stable_revision)
+    candidate = p.served_spec(live.revision)
+    same_drafter = [(depth(candidate), canary)] if drafter_of(candidate) == drafter_of(stable_spec) else []
+    p = with_points(p, stable_spec, [*same_drafter, (depth(stable_spec), stable)], p.obs.now)
     detail = f"median per-token latency x{latency:.3f} of stable's" if latency is not None else "not measured"
     return p.with_event("CandidateMeasured", f"candidate {live.index} ({live.summary}): {detail}")
 

@@ -10,6 +10,7 @@ from specfleet.api.status import (
     Analysis,
     Condition,
     ConditionStatus,
+    Measurements,
     SpeculativeDeploymentStatus,
 )
 from specfleet.api.vocabulary import ConditionType
@@ -74,6 +75,8 @@ class Observation:
     """Whether a Prometheus is configured to judge canaries at all."""
     routed: bool = False
     """Whether traffic is split by an HTTPRoute's weights (so a 100% step leaves stable without traffic)."""
+    fleet_look: "FleetLook | None" = None
+    """A fresh measurement of the stable track while Healthy (set by the shell when one was due)."""
     preflights: Mapping[str, "PreflightObservation"] = field(default_factory=dict)
     """The fleet's preflight Jobs, by the revision they check."""
 
@@ -110,6 +113,8 @@ class Decision:
     """Command annotations that were acted on and can be removed."""
     analysis_due: bool = False
     """Whether the canary should be measured before the next decision."""
+    fleet_look_due: bool = False
+    """Whether the stable track should be measured (while Healthy) before the next decision."""
     hold_children: bool = False
     """Leave every child as it is (the spec cannot be rendered, so nothing new is known)."""
     route_weight: int = 0
@@ -172,3 +177,13 @@ class PreflightObservation:
     state: PreflightState
     message: str = ""
     """The check's own words (the pod's termination message), or the Job's condition message."""
+
+
+@dataclass(frozen=True)
+class FleetLook:
+    """The stable track measured over the last window while Healthy: Measurements, or why there are none."""
+
+    time: datetime
+    revision: str
+    stable: Measurements | None = None
+    error: str | None = None

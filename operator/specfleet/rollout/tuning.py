@@ -1,0 +1,116 @@
+"""Load-aware depth: gather load points of the served drafter, and keep a proposed batch-size schedule.
+
+Points come from two places: an experiment's measured candidates (several k at one load) and, with
+`spec.autoTune`, a look at the stable track every analysis window while the fleet is Healthy (its k at
+whatever batch the traffic gives). From both the step-time model is fitted and a schedule proposed
+(`autotune.schedule`); it is shown in status and an event, and only a change of it is news.
+"""
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from specfleet.api.durations import parse_duration
+from specfleet.api.spec import SpeculativeDeploymentSpec, SpeculativeMethod
+from specfleet.api.status import AutoTuneStatus, LoadPointStatus, Measurements, Phase, ScheduleProposal
+from specfleet.autotune.candidates import depth
+from specfleet.autotune.schedule import LoadPoint, Proposal, propose_schedule
+from specfleet.rollout.state import Pass
+
+MAX_POINTS = 32
+"""Load points kept (the oldest go first): enough for several batch levels of several depths."""
+DEFAULT_MAX_BATCH = 256
+"""Largest batch a schedule covers when `engine.maxNumSeqs` is unset (vLLM's usual `--max-num-seqs`)."""
+PARALLEL_METHODS = frozenset({SpeculativeMethod.DFLASH, SpeculativeMethod.DSPARK})
+
+
+def drafter_of(spec: SpeculativeDeploymentSpec) -> str:
+    """Which drafter a spec serves: load points of one drafter say nothing about another's cost."""
+    s = spec.speculative
+    return " ".join(part for part in (s.method.value, s.model, s.revision) if part)
+
+
+def with_points(
+    p: Pass, served: SpeculativeDeploymentSpec, measured: Sequence[tuple[int, Measurements]], when: datetime
+) -> Pass:
+    """Add the (k, measurements) of the drafter the fleet serves (`served`), then propose again."""
+    status = p.status.auto_tune or AutoTuneStatus()
+    drafter = drafter_of(served)
+    if status.drafter != drafter:
+        status = AutoTuneStatus(drafter=drafter)
+    points, per_position = list(status.points), status.acceptance_per_position
+    for k, m in measured:
+        if m.step_latency_mean_seconds and m.batch_size_mean and m.requests:
+            points.append(
+                LoadPointStatus(
+                    k=k,
+                    batch=m.batch_size_mean,
+                    step_seconds=m.step_latency_mean_seconds,
+                    samples=m.requests,
+                    time=when,
+                )
+            )
+        if len(m.acceptance_per_position) >= len(per_position):
+            per_position = m.acceptance_per_position
+    status = status.model_copy(update={"points": points[-MAX_POINTS:], "acceptance_per_position": per_position})
+    return _propose(p.with_status(auto_tune=status), served)
+
+
+def _propose(p: Pass, served: SpeculativeDeploymentSpec) -> Pass:
+    status = p.status.auto_tune
+    assert status is not None
+    points = [LoadPoint(pt.k, pt.batch, pt.step_seconds, pt.samples) for pt in status.points]
+    if not points:
+        return p
+    current = depth(served)
+    ks = range(0, max(current, *(pt.k for pt in points)) + 1)
+    proposal = propose_schedule(
+        points,
+        status.acceptance_per_position,
+        ks,
+        served.engine.max_num_seqs or DEFAULT_MAX_BATCH,
+        current_k=current,
+        current_schedule=served.speculative.num_speculative_tokens_per_batch_size or (),
+        parallel_drafter=served.speculative.method in PARALLEL_METHODS or bool(served.speculative.parallel_drafting),
+    )
+    new = _as_status(proposal, p.obs.now)
+    old = status.proposal
+    p = p.with_status(auto_tune=status.model_copy(update={"proposal": new}))
+    if new.schedule and (old is None or old.schedule != new.schedule):
+        rows = ", ".join(f"{r.start}-{r.end}: k={r.num_tokens}" for r in new.schedule)
+        p = p.with_event("ScheduleProposed", f"batch-size schedule of the depth proposed: {rows}; {new.reason}")
+    return p
+
+
+def _as_status(proposal: Proposal, now: datetime) -> ScheduleProposal:
+    predictions = [
+        f"batch {b.start}-{b.end}: "
+        + ", ".join(f"k={k} {seconds * 1000:.2f} ms" for k, seconds in b.seconds_per_token)
+        + (" (beyond the batches measured)" if b.beyond_measured else "")
+        for b in proposal.buckets
+    ]
+    return ScheduleProposal(
+        schedule=list(proposal.schedule) if proposal.schedule else None,
+        disable_above=proposal.disable_above,
+        reason=proposal.reason[:1024],
+        predictions=[text[:1024] for text in predictions[:32]],
+        time=now,
+    )
+
+
+def look_at_fleet(p: Pass) -> Pass:
+    """While Healthy with `spec.autoTune` and a Prometheus: measure the stable track every analysis window,
+    and take in a fresh look."""
+    if p.spec.auto_tune is None or not p.obs.guarded or p.status.phase is not Phase.HEALTHY:
+        return p
+    stable = p.status.stable_revision
+    look = p.obs.fleet_look
+    served = p.served_spec(stable)
+    if look is not None and look.revision == stable:
+        p = p.with_status(
+            auto_tune=(p.status.auto_tune or AutoTuneStatus()).model_copy(update={"last_look": look.time})
+        )
+        if look.stable is not None:
+            p = with_points(p, served, [(depth(served), look.stable)], look.time)
+    last = p.status.auto_tune.last_look if p.status.auto_tune else None
+    due = last + parse_duration(p.spec.rollout.analysis.window) if last else p.obs.now
+    return p.but(fleet_look_due=p.obs.now >= due).waking_at(max(due, p.obs.now))
