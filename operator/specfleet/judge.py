@@ -73,6 +73,8 @@ class TrackEvidence:
     accepted_per_position: tuple[float, ...] = ()
     generation_tokens: float | None = None
     preemptions: float | None = None
+    token_latency_mean: float | None = None
+    """Mean per-token latency over finished requests (the per-token histogram's sum / count)."""
     step_latency_mean: float | None = None
     """Mean engine step (the step-latency histogram's sum / count)."""
     batch_mean: float | None = None
@@ -158,6 +160,7 @@ def measurements(evidence: TrackEvidence) -> Measurements:
             1 + accepted if (accepted := _ratio(e.accepted_tokens, e.drafts)) is not None else None, 4
         ),
         acceptance_per_position=[round(v, 4) for p in positions if (v := _ratio(p, e.drafts)) is not None],
+        token_latency_mean_seconds=_rounded(e.token_latency_mean),
         token_latency_p50_seconds=_rounded(_quantile(e.token_latency, 0.5)),
         token_latency_p95_seconds=_rounded(_quantile(e.token_latency, LATENCY_QUANTILE)),
         step_latency_p95_seconds=_rounded(_quantile(e.step_latency, LATENCY_QUANTILE)),

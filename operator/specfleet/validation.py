@@ -169,7 +169,7 @@ def _extra_args_problems(spec: SpeculativeDeploymentSpec) -> list[Problem]:
 def _candidate_problems(spec: SpeculativeDeploymentSpec) -> list[Problem]:
     """Each candidate of an experiment must be a config the fleet could serve, named by its place."""
     problems: list[Problem] = []
-    for index in range(len(spec.auto_tune.candidates) if spec.auto_tune else 0):
+    for index in range(len(spec.candidates)):
         where = f"spec.autoTune.candidates[{index}]"
         try:
             candidate = candidate_spec(spec, index)

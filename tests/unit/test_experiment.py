@@ -32,9 +32,11 @@ def measured(fleet: Fleet, token_ratio: float, verdict: Verdict = Verdict.PASS, 
         reasons=[] if verdict is Verdict.PASS else ["p95 per-token latency +40%"],
         evidence_seconds=seconds,
         canary=Measurements(
-            token_latency_p50_seconds=STABLE_TOKEN_SECONDS * token_ratio, generation_tokens_per_pod_per_second=100.0
+            token_latency_mean_seconds=STABLE_TOKEN_SECONDS * token_ratio, generation_tokens_per_pod_per_second=100.0
         ),
-        stable=Measurements(token_latency_p50_seconds=STABLE_TOKEN_SECONDS, generation_tokens_per_pod_per_second=100.0),
+        stable=Measurements(
+            token_latency_mean_seconds=STABLE_TOKEN_SECONDS, generation_tokens_per_pod_per_second=100.0
+        ),
     )
 
 
@@ -187,8 +189,9 @@ def test_new_candidates_start_a_new_experiment() -> None:
     assert fleet.status.history[-1].outcome is Outcome.SUPERSEDED
 
 
-def test_ties_go_to_throughput_then_to_the_smaller_k() -> None:
+def test_ties_go_to_the_smaller_k_unless_another_completes_clearly_more() -> None:
     assert choose([Score(0, 0.80, 1.0, 5), Score(1, 0.805, 1.0, 3)], 0.02) == 1
+    assert choose([Score(0, 0.80, 1.03, 5), Score(1, 0.805, 1.0, 3)], 0.02) == 1  # within the noise of tokens/s
     assert choose([Score(0, 0.80, 1.1, 5), Score(1, 0.805, 1.0, 3)], 0.02) == 0
     assert choose([Score(0, 0.80, 1.0, 5), Score(1, 0.70, 1.0, 8)], 0.02) == 1
     assert choose([Score(0, 0.99, 1.0, 5)], 0.02) is None

@@ -270,23 +270,25 @@ DEFAULT_MIN_IMPROVEMENT = 0.02
 
 
 class AutoTuneSpec(ApiModel):
-    """Find the best speculative config by measurement: an experiment over `candidates`.
+    """Find the best speculative config by measurement: an experiment over `candidates`, and a batch-size
+    schedule of the depth fitted to what the fleet measures while it serves.
 
     A change that brings candidates starts an experiment: each candidate in turn is canaried at the first
     step's weight next to stable and measured over that step (its pause and a passing analysis, every
-    guardrail judged); then the candidate with the lowest median per-token latency relative to stable in
-    its own window (ties within 1%: higher output tokens/s per pod, then smaller k) is canaried through all
-    the steps and promoted, if it beats stable by `minImprovement`. Otherwise stable stays.
+    guardrail judged); then the candidate with the lowest mean per-token latency relative to stable in its
+    own window (ties within 1%: the smaller k, unless another has 5% more output tokens/s per pod) is
+    canaried through all    the steps and promoted, if it beats stable by `minImprovement`. Otherwise stable stays.
     """
 
-    candidates: Annotated[list[Candidate], Field(min_length=1, max_length=8)]
-    """Alternatives to try, one after another (one canary track)."""
+    candidates: Annotated[list[Candidate], Field(max_length=8)] = []
+    """Alternatives to try, one after another (one canary track); none: only the load-aware depth."""
     min_improvement: Annotated[float, Field(ge=0, le=0.9)] = DEFAULT_MIN_IMPROVEMENT
-    """How much lower (relative) the winner's median per-token latency must be than stable's in the same
+    """How much lower (relative) the winner's mean per-token latency must be than stable's in the same
     window for it to be promoted (0.02 = 2% faster); below it, nothing is promoted."""
     apply: bool = False
-    """Apply the proposed batch-size schedule of the depth (`status.autoTune.proposedSchedule`) as a change
-    of the speculative config, canaried like any other; false only shows the proposal."""
+    """Apply the proposed batch-size schedule of the depth (`status.autoTune.proposal`): the served config
+    with that schedule is canaried like any change, and served once promoted (vLLM >= 0.24). False only
+    shows the proposal. Turning it off again canaries the config without the schedule."""
 
 
 MANAGED_ENGINE_FLAGS = (
@@ -632,6 +634,11 @@ class SpeculativeDeploymentSpec(ApiModel):
         """This spec, serving what `serving` describes (how the stable track is rendered during a canary)."""
         current = self.model_dump(mode="json", by_alias=True, exclude_none=True)
         return SpeculativeDeploymentSpec.model_validate({**current, **serving})
+
+    @property
+    def candidates(self) -> list[Candidate]:
+        """The experiment's candidates (none without `autoTune`)."""
+        return self.auto_tune.candidates if self.auto_tune else []
 
     def summary(self) -> str:
         """The speculative config in a few words, for history and events."""

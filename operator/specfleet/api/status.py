@@ -66,6 +66,9 @@ class Measurements(ApiModel):
     """Tokens per target pass, the bonus token included (at most k+1)."""
     acceptance_per_position: Annotated[list[float], Field(max_length=64)] = []
     """Share of drafts whose token at position i was accepted."""
+    token_latency_mean_seconds: float | None = None
+    """Mean per-token latency over finished requests: what an experiment ranks candidates by (a deeper k
+    spreads requests' latencies more, so the median is biased by k and the mean is not)."""
     token_latency_p50_seconds: float | None = None
     """Median per-token latency: each finished request's decode time / (output tokens - 1)."""
     token_latency_p95_seconds: float | None = None
@@ -167,7 +170,7 @@ class CandidateResult(ApiModel):
     """k (0 without speculation), the last tie-break."""
     state: CandidateState = CandidateState.PENDING
     token_latency_ratio: float | None = None
-    """Its median per-token latency / stable's over the same window: what the experiment ranks by."""
+    """Its mean per-token latency / stable's over the same window: what the experiment ranks by."""
     throughput_ratio: float | None = None
     """Its output tokens/s per pod / stable's over the same window: the first tie-break."""
     canary: Measurements | None = None
@@ -215,6 +218,16 @@ class ScheduleProposal(ApiModel):
     time: datetime | None = None
 
 
+class TunedConfig(ApiModel):
+    """The served config with the proposed schedule applied (`spec.autoTune.apply`): canaried as a revision."""
+
+    base: Annotated[str, Field(max_length=63)]
+    """The revision of the spec it tunes: a change of the spec leaves it behind."""
+    revision: Annotated[str, Field(max_length=63)]
+    serving: ServingSnapshot
+    time: datetime | None = None
+
+
 class AutoTuneStatus(ApiModel):
     """What the fleet measured of its drafter at several loads, and the load-aware depth it suggests."""
 
@@ -226,6 +239,8 @@ class AutoTuneStatus(ApiModel):
     last_look: datetime | None = None
     """The last time the fleet was measured while Healthy."""
     proposal: ScheduleProposal | None = None
+    tuned: TunedConfig | None = None
+    """The schedule applied (with `spec.autoTune.apply`): served under its own revision once promoted."""
 
 
 class PreflightStatus(ApiModel):

@@ -258,7 +258,7 @@ def experiment_table(experiment: dict[str, Any]) -> Table:
         header_style="bold",
         title_justify="left",
     )
-    for column in ("#", "config", "state", "p50/token vs stable", "tokens/s/pod vs stable", "alpha", "p95/token"):
+    for column in ("#", "config", "state", "mean/token vs stable", "tokens/s/pod vs stable", "alpha", "p95/token"):
         table.add_column(column, overflow="fold")
     styles = {"Chosen": "green", "Failed": "red", "Measuring": "yellow"}
     for candidate in experiment.get("candidates", []):

@@ -88,6 +88,7 @@ def histogram_mean(histogram: str, s: TrackSelector, r: str) -> str:
 def gauges(s: TrackSelector, r: str) -> dict[str, str]:
     """Evidence field -> query with one value over the range (gauges, and means of histograms)."""
     return {
+        "token_latency_mean": histogram_mean(names.TIME_PER_OUTPUT_TOKEN, s, r),
         "step_latency_mean": histogram_mean(names.INTER_TOKEN_LATENCY, s, r),
         "batch_mean": gauge_mean(names.REQUESTS_RUNNING, s, r),
         "waiting_growth": waiting_growth(s, r),

@@ -43,8 +43,8 @@ def revision(spec: SpeculativeDeploymentSpec) -> str:
         "products": sorted(spec.accelerator.product_names),
         "nodeFeature": spec.accelerator.require_node_feature_label,
     }
-    if spec.auto_tune is not None:  # new candidates are a new experiment
-        behaviour["candidates"] = [c.model_dump(mode="json", exclude_none=True) for c in spec.auto_tune.candidates]
+    if spec.candidates:  # new candidates are a new experiment
+        behaviour["candidates"] = [c.model_dump(mode="json", exclude_none=True) for c in spec.candidates]
     digest = hashlib.sha256(json.dumps(behaviour, sort_keys=True).encode()).hexdigest()
     return digest[:REVISION_LENGTH]
 

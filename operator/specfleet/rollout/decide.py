@@ -16,7 +16,7 @@ from specfleet.rollout.canary import progress_canary, start_canary
 from specfleet.rollout.experiment import run_experiment
 from specfleet.rollout.lifecycle import drain, retire_canary
 from specfleet.rollout.state import Pass
-from specfleet.rollout.tuning import look_at_fleet
+from specfleet.rollout.tuning import look_at_fleet, tuned_revision
 from specfleet.rollout.types import Decision, Observation, TrackTarget, live_canary
 
 
@@ -24,17 +24,16 @@ def decide(spec: SpeculativeDeploymentSpec, status: SpeculativeDeploymentStatus,
     """The next status and the desired tracks. See the package docstring for the transitions."""
     start = status.model_copy(update={"observed_generation": obs.generation})
     p = _guarded_condition(_forget_withdrawn_commands(Pass(spec, obs, start, live_before=live_canary(start))))
-    desired = obs.desired_revision
-    if desired is None:
+    if obs.desired_revision is None:
         return _invalid_spec(_drop_stale_commands(p))
-    p = _retry_if_asked(
-        _first_stable(p.with_condition(ConditionType.SPEC_VALID, True, "Rendered", f"revision {desired}"))
-    )
+    p = _first_stable(p.with_condition(ConditionType.SPEC_VALID, True, "Rendered", f"revision {obs.desired_revision}"))
+    desired = tuned_revision(p)
+    p = _retry_if_asked(p, desired)
     if desired == p.status.stable_revision:
         p = _serve_in_place(p)
     elif desired == p.status.rejected_revision:
         p = _hold_rejected(p)
-    elif p.spec.auto_tune is not None:
+    elif p.spec.candidates and desired == obs.desired_revision:
         p = run_experiment(p, desired)
     else:
         p = progress_canary(start_canary(p, desired) if p.status.canary_revision != desired else p)
@@ -56,19 +55,19 @@ def _first_stable(p: Pass) -> Pass:
     if p.status.stable_revision is not None or desired is None:
         return p
     first = base_spec(p.spec)  # with candidates: the config they are measured against
-    if p.spec.auto_tune is not None:
+    if p.spec.candidates:
         desired = revision(first)
     p = p.with_status(stable_revision=desired, stable_serving=first.serving())
     return p.with_event("Created", f"serving revision {desired} ({first.summary()})")
 
 
-def _retry_if_asked(p: Pass) -> Pass:
+def _retry_if_asked(p: Pass, desired: str) -> Pass:
     """A retry for the rejected revision clears it; so does a spec that moved on to another revision."""
     if p.applies(Command.RETRY):
         p = p.acknowledging(Command.RETRY)
         p = p.with_event("Retry", f"revision {p.status.rejected_revision} may be canaried again")
         p = p.with_status(rejected_revision=None)
-    if p.status.rejected_revision not in (None, p.obs.desired_revision):
+    if p.status.rejected_revision not in (None, desired):
         p = p.with_status(rejected_revision=None)
     return p
 

@@ -84,7 +84,7 @@ def _measured(p: Pass, live: CandidateResult) -> Pass:
     if last is None or last.revision != live.revision or last.verdict is not Verdict.PASS:
         return _mark(p, live.index, state=CandidateState.FAILED, reason="no passing analysis: not measured")
     canary, stable = last.canary, last.stable
-    latency = _ratio(canary.token_latency_p50_seconds, stable.token_latency_p50_seconds)
+    latency = _ratio(canary.token_latency_mean_seconds, stable.token_latency_mean_seconds)
     throughput = _ratio(canary.generation_tokens_per_pod_per_second, stable.generation_tokens_per_pod_per_second)
     p = _mark(
         p,
@@ -100,7 +100,7 @@ def _measured(p: Pass, live: CandidateResult) -> Pass:
     candidate = p.served_spec(live.revision)
     same_drafter = [(depth(candidate), canary)] if drafter_of(candidate) == drafter_of(stable_spec) else []
     p = with_points(p, stable_spec, [*same_drafter, (depth(stable_spec), stable)], p.obs.now)
-    detail = f"median per-token latency x{latency:.3f} of stable's" if latency is not None else "not measured"
+    detail = f"mean per-token latency x{latency:.3f} of stable's" if latency is not None else "not measured"
     return p.with_event("CandidateMeasured", f"candidate {live.index} ({live.summary}): {detail}")
 
 
@@ -144,7 +144,7 @@ def _choose(p: Pass) -> Pass:
     chosen = candidates[winner]
     p = p.with_event(
         "CandidateChosen",
-        f"candidate {winner} ({chosen.summary}): median per-token latency x{chosen.token_latency_ratio:.3f} of "
+        f"candidate {winner} ({chosen.summary}): mean per-token latency x{chosen.token_latency_ratio:.3f} of "
         f"stable's; canaried through every step as revision {experiment.revision}",
     )
     return progress_canary(start_canary(p, experiment.revision))
@@ -154,7 +154,7 @@ def _keep_stable(p: Pass) -> Pass:
     experiment = p.status.experiment
     assert experiment is not None and p.spec.auto_tune is not None
     margin = p.spec.auto_tune.min_improvement
-    reason = f"no candidate beat stable's median per-token latency by {margin:.0%}: stable kept"
+    reason = f"no candidate beat stable's mean per-token latency by {margin:.0%}: stable kept"
     p = p.recording(Outcome.KEPT_STABLE, experiment.revision, reason, of_current_spec=False)
     p = p.with_event("ExperimentKeptStable", f"revision {experiment.revision}: {reason}", warning=True)
     return (

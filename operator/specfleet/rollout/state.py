@@ -38,7 +38,11 @@ class Pass:
         return replace(self, **changes)
 
     def served_spec(self, revision: str | None) -> SpeculativeDeploymentSpec:
-        """The spec whose serving part renders `revision` (an experiment's candidate, or the spec)."""
+        """The spec whose serving part renders `revision`: the applied schedule, an experiment's candidate,
+        or the spec."""
+        tuned = self.status.auto_tune.tuned if self.status.auto_tune else None
+        if tuned is not None and revision == tuned.revision:
+            return self.spec.with_serving(tuned.serving)
         return spec_for_revision(self.spec, self.status.experiment, revision)
 
     def with_status(self, **changes: Any) -> "Pass":

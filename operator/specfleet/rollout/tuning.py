@@ -11,9 +11,11 @@ from datetime import datetime
 
 from specfleet.api.durations import parse_duration
 from specfleet.api.spec import SpeculativeDeploymentSpec, SpeculativeMethod
-from specfleet.api.status import AutoTuneStatus, LoadPointStatus, Measurements, Phase, ScheduleProposal
+from specfleet.api.status import AutoTuneStatus, LoadPointStatus, Measurements, Phase, ScheduleProposal, TunedConfig
 from specfleet.autotune.candidates import depth
-from specfleet.autotune.schedule import LoadPoint, Proposal, propose_schedule
+from specfleet.autotune.schedule import LoadPoint, Proposal, depth_for_batch, engine_takes_schedule, propose_schedule
+from specfleet.render.manifests import revision
+from specfleet.render.vllm_versions import VllmVersion
 from specfleet.rollout.state import Pass
 
 MAX_POINTS = 32
@@ -97,6 +99,44 @@ def _as_status(proposal: Proposal, now: datetime) -> ScheduleProposal:
     )
 
 
+def tuned_revision(p: Pass) -> str:
+    """The revision the fleet should serve: the spec's, or, with `autoTune.apply`, the spec's with the
+    applied schedule (which is then canaried and promoted as any revision)."""
+    desired = p.obs.desired_revision
+    assert desired is not None
+    tuned = p.status.auto_tune.tuned if p.status.auto_tune else None
+    applying = p.spec.auto_tune is not None and p.spec.auto_tune.apply
+    return tuned.revision if applying and tuned is not None and tuned.base == desired else desired
+
+
+def _apply(p: Pass, served: SpeculativeDeploymentSpec) -> Pass:
+    """With `autoTune.apply`, a proposed schedule becomes the revision to serve (canaried next pass)."""
+    status, desired = p.status.auto_tune, p.obs.desired_revision
+    proposal = status.proposal if status else None
+    if p.spec.auto_tune is None or not p.spec.auto_tune.apply or status is None or desired is None:
+        return p
+    if proposal is None or not proposal.schedule:
+        return p
+    if not engine_takes_schedule(VllmVersion.parse(served.engine.vllm_version)):
+        return p  # the proposal's reason and disableAbove say what an older engine cannot do
+    depth_now = depth(served)
+    speculative = served.speculative.model_copy(
+        update={
+            "num_speculative_tokens_per_batch_size": proposal.schedule,
+            "num_speculative_tokens": max(depth_now, *(row.num_tokens for row in proposal.schedule)),
+        }
+    )
+    spec = served.model_copy(update={"speculative": speculative})
+    tuned = revision(spec)
+    if tuned in (p.status.stable_revision, p.status.rejected_revision):
+        return p
+    applied = TunedConfig(base=desired, revision=tuned, serving=spec.serving(), time=p.obs.now)
+    p = p.with_status(auto_tune=status.model_copy(update={"tuned": applied}))
+    return p.with_event("ScheduleApplied", f"revision {tuned} serves the proposed schedule; canaried next").waking_at(
+        p.obs.now
+    )
+
+
 def look_at_fleet(p: Pass) -> Pass:
     """While Healthy with `spec.autoTune` and a Prometheus: measure the stable track every analysis window,
     and take in a fresh look."""
@@ -110,7 +150,11 @@ def look_at_fleet(p: Pass) -> Pass:
             auto_tune=(p.status.auto_tune or AutoTuneStatus()).model_copy(update={"last_look": look.time})
         )
         if look.stable is not None:
-            p = with_points(p, served, [(depth(served), look.stable)], look.time)
+            k = depth(served)
+            if look.stable.batch_size_mean and served.speculative.num_speculative_tokens_per_batch_size:
+                rows = served.speculative.num_speculative_tokens_per_batch_size
+                k = depth_for_batch(k, rows, max(1, round(look.stable.batch_size_mean)))
+            p = _apply(with_points(p, served, [(k, look.stable)], look.time), served)
     last = p.status.auto_tune.last_look if p.status.auto_tune else None
     due = last + parse_duration(p.spec.rollout.analysis.window) if last else p.obs.now
     return p.but(fleet_look_due=p.obs.now >= due).waking_at(max(due, p.obs.now))
