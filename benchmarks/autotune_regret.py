@@ -1,0 +1,467 @@
+"""Benchmark: how close an auto-tune experiment's choice of k comes to the best k, which the oracle knows.
+
+Each draw is a user's situation, drawn at random (seeded): the drafter's per-token acceptance alpha, its
+spread over requests and its decay over draft positions, the drafter's cost (the scenario's `draft_cost`),
+the load (requests/s per pod) and the GPU (MI300X, MI325X or MI355X), for Llama-3.1-8B with EAGLE-3. For
+each draw an experiment runs as the operator runs it, with the API's defaults: every candidate k in turn is
+a canary of 1 pod next to the stable pods (the same load per pod), judged by the real judge with the default
+guardrails at every analysis interval over the window, and measured by the first passing analysis once
+its first step is over (pause and a whole window); a failure, or `onNoData` of inconclusive analyses, marks
+it Failed. A candidate with stable's k is not measured (SameAsStable). `specfleet.autotune.candidates.choose`
+then ranks the measured ones by median per-token latency relative to stable in the same window.
+
+The oracle (`specfleet.sim.oracle`) gives each config's mean per-token latency at the draw's load in closed
+form. The figure of merit is the speed-up over no speculation of the config the fleet ends up serving (the
+winner, or stable when nothing wins) as a fraction of the best speed-up among the candidates and stable.
+"noise-free" applies the same ranking rule to the oracle's latency ratios (throughput ratios all 1: the
+load is an arrival rate), to separate what the rule costs from what the measurement noise costs.
+
+    python benchmarks/autotune_regret.py                  # 24 draws, the figures in docs/autotune.md
+    python benchmarks/autotune_regret.py --draws 4 --no-plot
+
+It starts no cluster and no server, only `--workers` worker processes (as benchmarks/judge_roc.py does).
+"""
+
+import argparse
+import json
+import math
+import multiprocessing
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from judge_roc import Snapshot, _worker_started, evidence, snapshot
+
+from specfleet.api.durations import parse_duration
+from specfleet.api.spec import (
+    DEFAULT_MIN_IMPROVEMENT,
+    DEFAULT_NUM_SPECULATIVE_TOKENS,
+    DEFAULT_STEPS,
+    AnalysisSpec,
+    Guardrails,
+)
+from specfleet.api.status import Measurements, Verdict
+from specfleet.autotune.candidates import Score, choose
+from specfleet.devcluster.process import signals_as_interrupts
+from specfleet.hardware import BY_SHORT_NAME, PRODUCTS
+from specfleet.judge import judge
+from specfleet.render.argv import FINE_ITL_BUCKETS
+from specfleet.sim.engine import Engine
+from specfleet.sim.oracle import Setup, token_latency
+
+GOAL = 0.97
+BUCKET_ARGS = ("--custom-histogram-buckets", json.dumps({"inter_token_latency": FINE_ITL_BUCKETS}))
+"""What the renderer gives every pod: 6%-wide buckets, so per-token latencies are resolved."""
+
+
+def _seconds(duration: str) -> float:
+    return parse_duration(duration).total_seconds()
+
+
+_ANALYSIS = AnalysisSpec()
+_FIRST_PAUSE = DEFAULT_STEPS[0].pause.duration if DEFAULT_STEPS[0].pause else None
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """How the operator measures each candidate: the API's defaults, unless a test shortens them."""
+
+    candidates: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 8)
+    stable_k: int = DEFAULT_NUM_SPECULATIVE_TOKENS
+    """What stable serves (0: no speculation). Default: the depth a spec without numSpeculativeTokens runs."""
+    stable_pods: int = 3
+    pause: float = _seconds(_FIRST_PAUSE or "0s")
+    """The first step's pause; its weight (10%) is 1 candidate pod next to the stable pods."""
+    interval: float = _seconds(_ANALYSIS.interval)
+    window: float = _seconds(_ANALYSIS.window)
+    on_no_data: float = _seconds(_ANALYSIS.on_no_data.after)
+    confidence: float = _ANALYSIS.confidence
+    guardrails: Guardrails = field(default_factory=Guardrails)
+    min_improvement: float = DEFAULT_MIN_IMPROVEMENT
+    warmup: float = 120.0
+    """Simulated seconds the stable pods serve before the candidate's pod is Ready (and starts empty)."""
+    pod_start: float = 120.0
+    """A candidate pod's start until Ready (model load, graph capture): counted in the experiment's time only."""
+
+
+@dataclass(frozen=True)
+class Draw:
+    """One user's situation, as scenario knobs."""
+
+    index: int
+    gpu: str
+    acceptance: float
+    acceptance_spread: float
+    decay: float
+    draft_cost: float
+    load: float
+
+    def setup(self) -> Setup:
+        knobs = {
+            "acceptance": self.acceptance,
+            "acceptance_spread": self.acceptance_spread,
+            "decay": self.decay,
+            "draft_cost": self.draft_cost,
+            "load": self.load,
+        }
+        return Setup(gpu=BY_SHORT_NAME[self.gpu], knobs=knobs)
+
+
+def draws(count: int, seed: int) -> list[Draw]:
+    """alpha 0.6-0.9 (the mean over requests, from the default acceptance floor up), spread 0.02-0.2, decay
+    0.85-1, draft cost 0.02-0.3 and load 1-40 requests/s per pod (both log-uniform), any of the three GPUs."""
+    rng = random.Random(seed)
+    return [
+        Draw(
+            index=i,
+            gpu=rng.choice(PRODUCTS).short_name,
+            acceptance=round(rng.uniform(0.6, 0.9), 3),
+            acceptance_spread=round(rng.uniform(0.02, 0.2), 3),
+            decay=round(rng.uniform(0.85, 1.0), 3),
+            draft_cost=round(10 ** rng.uniform(-1.7, -0.52), 3),
+            load=round(10 ** rng.uniform(0, 1.6), 2),
+        )
+        for i in range(count)
+    ]
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One candidate's step: the analysis that decided it, and what it measured (canary and stable)."""
+
+    k: int
+    verdict: Verdict
+    """PASS: measured; FAIL: a guardrail failed; INCONCLUSIVE: onNoData rolled it back."""
+    seconds: float
+    """From Ready to the decision."""
+    canary: Measurements
+    stable: Measurements
+    mean_ratio: float
+    """Mean per-token latency (the histogram's sum / count, as `rate(_sum) / rate(_count)` reads it) / stable's,
+    same window: what the ranking would read if it ranked by the mean, which the oracle predicts."""
+
+    def ratio(self, field_name: str) -> float | None:
+        canary, stable = getattr(self.canary, field_name), getattr(self.stable, field_name)
+        return canary / stable if canary is not None and stable else None
+
+    @property
+    def p50_ratio(self) -> float | None:
+        """What the experiment ranks by: median per-token latency / stable's."""
+        return self.ratio("token_latency_p50_seconds") if self.verdict is Verdict.PASS else None
+
+
+def _window_mean(now: tuple[float, float], then: tuple[float, float]) -> float:
+    """Mean observation between two (sum, count) readings; NaN without observations."""
+    count = now[1] - then[1]
+    return (now[0] - then[0]) / count if count else math.nan
+
+
+def _latency_sums(engines: list[Engine]) -> tuple[float, float]:
+    """(sum, count) of the per-token latency histogram over a track's pods."""
+    return (
+        sum(e.metrics.time_per_output_token.total for e in engines),
+        sum(e.metrics.time_per_output_token.count for e in engines),
+    )
+
+
+def measure(job: tuple[Draw, int, Experiment, int]) -> Measured:
+    """Canary candidate k next to the stable pods, judged every interval until its first step is decided."""
+    draw, k, experiment, seed = job
+    setup = draw.setup()
+
+    def pod(depth: int, pod_seed: int, start: float) -> Engine:
+        args, config = setup.pod(depth, BUCKET_ARGS)
+        return Engine(config, args.histogram_buckets, random.Random(pod_seed), start)
+
+    ready = experiment.warmup
+    canary = [pod(k, seed, ready)]
+    stable = [pod(experiment.stable_k, seed + 1 + i, 0.0) for i in range(experiment.stable_pods)]
+    needed = max(experiment.pause, experiment.window)  # a candidate is measured over a whole window
+    reach = round(experiment.window / experiment.interval)
+
+    def read(elapsed: float) -> tuple[Snapshot, Snapshot, tuple[float, float], tuple[float, float]]:
+        for engine in (*canary, *stable):
+            engine.advance_to(ready + elapsed)
+        return (
+            snapshot([e.metrics for e in canary]),
+            snapshot([e.metrics for e in stable]),
+            _latency_sums(canary),
+            _latency_sums(stable),
+        )
+
+    readings = [read(0.0)]
+    look, unjudged = 0, 0.0
+    while True:
+        look += 1
+        elapsed = look * experiment.interval
+        readings.append(read(elapsed))
+        back = max(0, look - reach)
+        span = (look - back) * experiment.interval
+        (c_now, s_now, c_sums, s_sums), (c_then, s_then, c_sums_then, s_sums_then) = readings[look], readings[back]
+        result = judge(
+            experiment.guardrails,
+            evidence(c_now, c_then, span, True),
+            evidence(s_now, s_then, span, experiment.stable_k > 0),
+            speculative=True,
+            confidence=experiment.confidence,
+            look=look,
+        )
+        verdict = result.verdict
+        if verdict is Verdict.PASS:
+            unjudged = 0.0
+        elif verdict is not Verdict.FAIL:
+            unjudged += experiment.interval
+        if (
+            verdict is Verdict.FAIL
+            or (verdict is Verdict.PASS and elapsed >= needed)
+            or (verdict is not Verdict.PASS and unjudged >= experiment.on_no_data)
+        ):
+            mean_ratio = _window_mean(c_sums, c_sums_then) / _window_mean(s_sums, s_sums_then)
+            return Measured(k, verdict, elapsed, result.canary, result.stable, mean_ratio)
+
+
+def oracle(job: tuple[Draw, tuple[int, ...]]) -> dict[int, float]:
+    """The oracle's mean per-token latency of each depth at the draw's load."""
+    draw, depths = job
+    setup = draw.setup()
+    return {k: token_latency(setup.config(k)) for k in depths}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One draw's experiment, next to what the oracle knows."""
+
+    draw: Draw
+    latency: dict[int, float]
+    """Oracle mean per-token latency by k (0: no speculation)."""
+    measured: list[Measured]
+    chosen: int | None
+    """The winner's k, or None: stable stays."""
+    by_mean: int | None
+    """What the same rule chooses on the measured mean (not median) per-token latency ratios."""
+    noise_free: int | None
+    """What the same rule chooses on the oracle's latency ratios (throughput ratios 1: the load is an arrival
+    rate), among the candidates that passed."""
+    stable_k: int
+
+    @property
+    def served(self) -> int:
+        return self.stable_k if self.chosen is None else self.chosen
+
+    @property
+    def best(self) -> int:
+        """The oracle's best among the candidates and stable (ties: the smaller k)."""
+        return min(sorted(({*self.latency} - {0}) | {self.stable_k}), key=lambda k: self.latency[k])
+
+    def speedup(self, k: int) -> float:
+        return self.latency[0] / self.latency[k]
+
+    def fraction(self, k: int | None) -> float:
+        """Speed-up of what is served with this choice over the oracle-best speed-up."""
+        return self.speedup(self.stable_k if k is None else k) / self.speedup(self.best)
+
+
+def _winner(
+    measured: list[Measured],
+    ratio: Callable[[Measured], float | None],
+    throughput: Callable[[Measured], float | None],
+    min_improvement: float,
+) -> int | None:
+    """The k `choose` picks among the candidates that passed, ranked by `ratio`; None: stable stays."""
+    scores = [
+        Score(index, value, throughput(m), m.k)
+        for index, m in enumerate(measured)
+        if m.verdict is Verdict.PASS and (value := ratio(m)) is not None and math.isfinite(value)
+    ]
+    winner = choose(scores, min_improvement)
+    return None if winner is None else measured[winner].k
+
+
+def decide(draw: Draw, latency: dict[int, float], measured: list[Measured], experiment: Experiment) -> Outcome:
+    """The experiment's choice, and the same rule on the mean ratios and on the oracle's ratios."""
+
+    def throughput(m: Measured) -> float | None:
+        return m.ratio("generation_tokens_per_pod_per_second")
+
+    def oracle_ratio(m: Measured) -> float:
+        return latency[m.k] / latency[experiment.stable_k]
+
+    margin = experiment.min_improvement
+    return Outcome(
+        draw=draw,
+        latency=latency,
+        measured=measured,
+        chosen=_winner(measured, lambda m: m.p50_ratio, throughput, margin),
+        by_mean=_winner(measured, lambda m: m.mean_ratio, throughput, margin),
+        noise_free=_winner(measured, oracle_ratio, lambda _: 1.0, margin),
+        stable_k=experiment.stable_k,
+    )
+
+
+def run(chosen_draws: list[Draw], experiment: Experiment, workers: int, seed: int) -> list[Outcome]:
+    """Every draw's candidates measured and its oracle evaluated, in `workers` processes."""
+    measured_ks = [k for k in experiment.candidates if k != experiment.stable_k]
+    jobs = [(d, k, experiment, seed * 1_000_000 + d.index * 1000 + k * 10) for d in chosen_draws for k in measured_ks]
+    depths = tuple(sorted({0, experiment.stable_k, *experiment.candidates}))
+    # Pool, not ProcessPoolExecutor: leaving its `with` terminates and joins the workers, even on Ctrl-C.
+    with signals_as_interrupts(), multiprocessing.Pool(workers, initializer=_worker_started) as pool:
+        results = pool.map(measure, jobs, chunksize=1)
+        latencies = pool.map(oracle, [(d, depths) for d in chosen_draws], chunksize=1)
+    per_draw = len(measured_ks)
+    return [
+        decide(d, latencies[i], results[i * per_draw : (i + 1) * per_draw], experiment)
+        for i, d in enumerate(chosen_draws)
+    ]
+
+
+def experiment_seconds(outcome: Outcome, experiment: Experiment) -> float:
+    """Simulated time of the experiment: each measured candidate's pod start and step, one after another."""
+    return sum(experiment.pod_start + m.seconds for m in outcome.measured)
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join("---" for _ in headers) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _measured_cell(m: Measured, chosen: int | None) -> str:
+    if m.verdict is not Verdict.PASS:
+        return f"{m.k}: {'fail' if m.verdict is Verdict.FAIL else 'no data'}"
+    ratio = m.p50_ratio
+    return f"{m.k}: {ratio:.3f}{'*' if m.k == chosen else ''}" if ratio is not None else f"{m.k}: -"
+
+
+def _summary(name: str, fractions: list[float]) -> str:
+    return (
+        f"{name}: median {statistics.median(fractions):.1%}, worst {min(fractions):.1%},"
+        f" {sum(f >= GOAL for f in fractions)}/{len(fractions)} draws >= {GOAL:.0%}"
+    )
+
+
+def _bias_by_k(outcomes: list[Outcome], ratio: Callable[[Measured], float | None], stable_k: int) -> str:
+    """Per k: mean and sd of (measured ratio / the oracle's mean ratio - 1) over the draws where k passed."""
+    errors: dict[int, list[float]] = {}
+    for o in outcomes:
+        for m in o.measured:
+            value = ratio(m) if m.verdict is Verdict.PASS else None
+            if value is not None and math.isfinite(value):
+                errors.setdefault(m.k, []).append(value / (o.latency[m.k] / o.latency[stable_k]) - 1)
+    return ", ".join(
+        f"k={k} {statistics.mean(e):+.1%} (sd {statistics.stdev(e) if len(e) > 1 else 0.0:.1%})"
+        for k, e in sorted(errors.items())
+    )
+
+
+def report(outcomes: list[Outcome], experiment: Experiment) -> str:
+    rows = []
+    for o in outcomes:
+        d = o.draw
+        rows.append(
+            [
+                str(d.index),
+                d.gpu,
+                f"{d.acceptance:.2f} / {d.acceptance_spread:.2f} / {d.decay:.2f}",
+                f"{d.draft_cost:.3f}",
+                f"{d.load:.1f}",
+                f"{o.best} (x{o.speedup(o.best):.2f})",
+                f"{o.served}{'' if o.chosen is not None else ' (stable)'} (x{o.speedup(o.served):.2f})",
+                f"{o.fraction(o.chosen):.1%}",
+                f"{o.fraction(o.by_mean):.1%}",
+                f"{o.fraction(o.noise_free):.1%}",
+                " ".join(_measured_cell(m, o.chosen) for m in o.measured),
+            ]
+        )
+    headers = ["draw", "GPU", "alpha / spread / decay", "draft cost", "req/s/pod", "oracle best k (speed-up)",
+               "served k", "of oracle", "by mean", "noise-free", "k: p50 ratio to stable (* chosen)"]  # fmt: skip
+    failed = sum(m.verdict is not Verdict.PASS for o in outcomes for m in o.measured)
+    total = sum(len(o.measured) for o in outcomes)
+    times = [experiment_seconds(o, experiment) / 60 for o in outcomes]
+    step = max(experiment.pause, experiment.window) / 60
+    nominal = len(outcomes[0].measured) * (experiment.pod_start / 60 + step)
+    count = len(outcomes)
+    lines = [
+        _table(headers, rows),
+        "",
+        _summary("fraction of the oracle-best speed-up (the experiment)", [o.fraction(o.chosen) for o in outcomes])
+        + f"; goal: median >= {GOAL:.0%}",
+        _summary("ranked by the measured mean instead of the median", [o.fraction(o.by_mean) for o in outcomes]),
+        _summary("noise-free (the rule on the oracle's ratios)", [o.fraction(o.noise_free) for o in outcomes]),
+        f"exact oracle k served: {sum(o.served == o.best for o in outcomes)}/{count}"
+        f" (by mean {sum((o.by_mean or o.stable_k) == o.best for o in outcomes)}/{count},"
+        f" noise-free {sum((o.noise_free or o.stable_k) == o.best for o in outcomes)}/{count});"
+        f" {failed}/{total} candidates failed a guardrail or had no data",
+        "measured p50 ratio / oracle mean ratio - 1: "
+        + _bias_by_k(outcomes, lambda m: m.p50_ratio, experiment.stable_k),
+        "measured mean ratio / oracle mean ratio - 1: "
+        + _bias_by_k(outcomes, lambda m: m.mean_ratio, experiment.stable_k),
+        f"experiment time: median {statistics.median(times):.0f} min, longest {max(times):.0f} min"
+        f" (nominal {nominal:.0f} min: {len(outcomes[0].measured)} candidates x"
+        f" ({experiment.pod_start / 60:.0f} min pod start + {step:.0f} min step))",
+    ]
+    return "\n".join(lines)
+
+
+def plot(outcomes: list[Outcome], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = {
+        "experiment (median per-token latency, 5-minute windows)": [o.fraction(o.chosen) for o in outcomes],
+        "the same, ranked by the mean per-token latency": [o.fraction(o.by_mean) for o in outcomes],
+        "the same rule on the oracle's ratios (noise-free)": [o.fraction(o.noise_free) for o in outcomes],
+    }
+    ranks = range(1, len(outcomes) + 1)
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for (label, fractions), style in zip(series.items(), ("o-", "^-", "s--"), strict=True):
+        ax.plot(ranks, sorted(f * 100 for f in fractions), style, label=label, alpha=0.8)
+    ax.axhline(GOAL * 100, color="grey", linestyle=":", linewidth=1, label=f"{GOAL:.0%}")
+    ax.set_xlabel("draw, sorted by fraction")
+    ax.set_ylabel("speed-up served / oracle-best speed-up (%)")
+    lowest = min(min(f) for f in series.values()) * 100
+    ax.set_ylim(min(90.0, lowest - 1), 100.5)
+    ax.set_title("Auto-tune: the served config against the oracle's best k, per draw")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--draws", type=int, default=24)
+    parser.add_argument("--candidates", default="1,2,3,4,5,6,8", help="candidate depths k, comma-separated")
+    parser.add_argument("--stable-k", type=int, default=DEFAULT_NUM_SPECULATIVE_TOKENS, help="0: no speculation")
+    parser.add_argument("--stable-pods", type=int, default=3)
+    parser.add_argument("--pod-start", type=float, default=120.0, help="seconds from a candidate pod's start to Ready")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--plot", type=Path, default=Path(__file__).parent.parent / "docs" / "autotune-regret.png")
+    parser.add_argument("--no-plot", action="store_true")
+    args = parser.parse_args()
+    experiment = Experiment(
+        candidates=tuple(int(k) for k in args.candidates.split(",")),
+        stable_k=args.stable_k,
+        stable_pods=args.stable_pods,
+        pod_start=args.pod_start,
+    )
+    started = time.monotonic()
+    print(f"settings: Llama-3.1-8B + EAGLE-3, candidates k={experiment.candidates}, stable k={experiment.stable_k}"
+          f" on {experiment.stable_pods} pods + 1 candidate pod, first step {experiment.pause:.0f}s, analysis every"
+          f" {experiment.interval:.0f}s over {experiment.window:.0f}s, default guardrails, minImprovement"
+          f" {experiment.min_improvement:.0%}, seed {args.seed}")  # fmt: skip
+    outcomes = run(draws(args.draws, args.seed), experiment, args.workers, args.seed)
+    print(report(outcomes, experiment))
+    if not args.no_plot:
+        plot(outcomes, args.plot)
+        print(f"\nplot: {args.plot}")
+    print(f"\n{args.draws} draws in {time.monotonic() - started:.0f} s", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
