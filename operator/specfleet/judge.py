@@ -202,6 +202,8 @@ class _Context:
     """False-failure probability each guardrail may spend at this look."""
     confidence: str
     """How the bounds are named in reasons, e.g. `99%` (over all looks)."""
+    same_drafter: bool = False
+    """Stable runs the canary's drafter (another k, say): its acceptance is the baseline, not the canary's doing."""
 
     @property
     def z(self) -> float:
@@ -226,11 +228,30 @@ def _acceptance(ctx: _Context) -> _Check:
     trials = c.drafts / (1 + max(0.0, drafts_per_request - 1) * ACCEPTANCE_ICC)
     lower, upper = wilson_bounds(alpha * trials, trials, ctx.z)
     text = f"acceptance alpha {alpha:.2f} ({ctx.confidence} bounds {lower:.2f}-{upper:.2f})"
+    baseline = _stable_alpha_lower(ctx) if ctx.same_drafter else None
+    if upper < g.min_acceptance_alpha and baseline is not None and upper >= baseline:
+        return _Check(
+            Verdict.PASS,
+            f"{text}: below the floor {g.min_acceptance_alpha:.2f}, as stable's with the same drafter "
+            f"(lower bound {baseline:.2f}): the drafter, not this change",
+        )
     if upper < g.min_acceptance_alpha:
         return _Check(Verdict.FAIL, f"{text}: upper bound < {g.min_acceptance_alpha:.2f}")
     if alpha < g.min_acceptance_alpha:
         return _Check(Verdict.INCONCLUSIVE, f"{text}: below the floor {g.min_acceptance_alpha:.2f}, not yet surely")
     return _Check(Verdict.PASS, f"{text}, floor {g.min_acceptance_alpha:.2f}")
+
+
+def _stable_alpha_lower(ctx: _Context) -> float | None:
+    """The lower confidence bound of stable's alpha, counted as the canary's is; None without its counters."""
+    s = ctx.stable
+    if not s.accepted_per_position or not s.drafts or (s.draft_tokens or 0.0) < ctx.guardrails.min_draft_tokens:
+        return None
+    alpha = s.accepted_per_position[0] / s.drafts
+    if not 0 <= alpha <= 1:
+        return None
+    trials = s.drafts / (1 + max(0.0, s.drafts / max(s.requests, 1.0) - 1) * ACCEPTANCE_ICC)
+    return wilson_bounds(alpha * trials, trials, ctx.z)[0]
 
 
 def _latency_samples(ctx: _Context, canary: Binned, stable: Binned) -> _Check | None:
@@ -412,12 +433,19 @@ def judge(
     speculative: bool,
     confidence: float,
     look: int,
+    same_drafter: bool = False,
 ) -> Judgement:
-    """Judge the canary's evidence against the guardrails and against stable's evidence over the same range."""
+    """Judge the canary's evidence against the guardrails and against stable's evidence over the same range.
+
+    `same_drafter`: stable serves the canary's drafter (the canary changes k, say). The acceptance floor
+    then fails the canary only when its alpha is also surely below stable's: a drafter under the floor on
+    both tracks is not what the canary changes, and rolling back to it would not help.
+    """
     g = guardrails
     optional = (g.max_error_rate, g.max_step_latency_p95_seconds, g.max_throughput_drop, g.max_queue_time_p95_seconds)
     tests = 2 + int(speculative) + sum(limit is not None for limit in optional)
-    ctx = _Context(g, canary, stable, look_error(1 - confidence, max(1, look)) / tests, f"{confidence * 100:g}%")
+    error = look_error(1 - confidence, max(1, look)) / tests
+    ctx = _Context(g, canary, stable, error, f"{confidence * 100:g}%", same_drafter)
     checks: list[_Check] = []
     if speculative:
         checks.append(_acceptance(ctx))

@@ -406,3 +406,22 @@ def test_no_queue_time_histogram_is_inconclusive() -> None:
     result = verdict_of(canary, serving(seed=24, offered=4.0, capacity=6.0), guards=guards)
     assert result.verdict is Verdict.INCONCLUSIVE
     assert result.reasons == ("no queue time histogram for the canary",)
+
+
+def test_a_drafter_under_the_floor_on_both_tracks_does_not_fail_a_canary_that_only_changes_k() -> None:
+    """Stable serves the drafter at alpha 0.5 (k=5); a canary at k=3 with it is not what lowered alpha."""
+    stable = track(seed=200, alpha=0.5, k=5, requests=400)
+    canary = track(seed=201, alpha=0.5, k=3, requests=400)
+    kept = judge(GUARDS, canary, stable, speculative=True, confidence=CONFIDENCE, look=1, same_drafter=True)
+    assert kept.verdict is not Verdict.FAIL, kept.reasons
+    assert any("as stable's with the same drafter" in r for r in kept.reasons)
+    alone = judge(GUARDS, canary, stable, speculative=True, confidence=CONFIDENCE, look=1)
+    assert alone.verdict is Verdict.FAIL  # a new drafter at 0.5 is held to the floor
+
+
+def test_a_canary_that_lowers_the_shared_drafters_acceptance_still_fails_the_floor() -> None:
+    stable = track(seed=210, alpha=0.55, k=5, requests=400)
+    canary = track(seed=211, alpha=0.25, k=3, requests=400)
+    result = judge(GUARDS, canary, stable, speculative=True, confidence=CONFIDENCE, look=1, same_drafter=True)
+    assert result.verdict is Verdict.FAIL
+    assert any("upper bound < 0.60" in r for r in result.reasons)

@@ -92,12 +92,16 @@ def analyze(
         except ProviderError as error:
             ANALYSES.labels(Verdict.ERROR.value).inc()
             return Analysis(**base, verdict=Verdict.ERROR, reasons=[str(error)[:MAX_REASON]])
+    drafter = spec_for_revision(spec, status.experiment, status.canary_revision).speculative
+    serving = (status.stable_serving or {}).get("speculative") or {}
+    assert isinstance(serving, dict)
     result = judge(
         spec.rollout.guardrails,
         canary_evidence,
         stable_evidence,
-        speculative=spec_for_revision(spec, status.experiment, status.canary_revision).speculative.method
-        is not SpeculativeMethod.NONE,
+        speculative=drafter.method is not SpeculativeMethod.NONE,
+        same_drafter=(drafter.method.value, drafter.model, drafter.revision)
+        == (serving.get("method"), serving.get("model"), serving.get("revision")),
         confidence=spec.rollout.analysis.confidence,
         look=look,
     )
