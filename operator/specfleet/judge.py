@@ -29,8 +29,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from specfleet.api.spec import Guardrails
-from specfleet.api.status import Measurements, Verdict
+from specfleet.api.spec import DriftSpec, Guardrails
+from specfleet.api.status import DriftReference, Measurements, Verdict
 from specfleet.metrics import names
 from specfleet.stats import (
     Binned,
@@ -467,3 +467,62 @@ def judge(
     )
     shown = checks if verdict is Verdict.PASS else [c for c in checks if c.verdict is verdict]
     return Judgement(verdict, tuple(c.message for c in shown), measurements(canary), measurements(stable))
+
+
+@dataclass(frozen=True)
+class DriftCheck:
+    """One look at the serving fleet against what it measured when promoted."""
+
+    drifted: bool | None
+    """True: surely drifted on some measure; False: every measure judged and within its limit; None: not
+    enough evidence to tell (or the load is not comparable and acceptance was not judged)."""
+    load_ratio: float | None
+    """Per-pod load now / at promotion."""
+    reasons: tuple[str, ...]
+
+
+def drift(
+    settings: DriftSpec,
+    reference: DriftReference,
+    now: TrackEvidence,
+    guardrails: Guardrails,
+    confidence: float,
+) -> DriftCheck:
+    """Compare the fleet's evidence over one window with what it measured as a canary at promotion.
+
+    Alpha does not depend on the load, so it is judged whatever the load: drift when its upper bound is
+    more than `maxAcceptanceDrop` below the promoted alpha. Latency is judged only at comparable per-pod
+    load (within 25%): drift when the lower bound of its p95 is more than `maxTokenLatencyIncrease` above
+    the promoted p95. Each bound is at `confidence` for this look alone; `DriftSpec.looks` looks in a row
+    make the verdict (the state machine's hysteresis), which is what keeps noise from flapping it.
+    """
+    error = (1 - confidence) / 2
+    ctx = _Context(guardrails, now, now, error, f"{confidence * 100:g}%")
+    checks: list[_Check] = []
+    if reference.acceptance_alpha is not None and now.accepted_per_position and now.drafts:
+        floor = reference.acceptance_alpha - settings.max_acceptance_drop
+        alpha = now.accepted_per_position[0] / now.drafts
+        trials = now.drafts / (1 + max(0.0, now.drafts / max(now.requests, 1.0) - 1) * ACCEPTANCE_ICC)
+        if 0 <= alpha <= 1 and (now.draft_tokens or 0.0) >= guardrails.min_draft_tokens:
+            _, upper = wilson_bounds(alpha * trials, trials, ctx.z)
+            promoted = reference.acceptance_alpha
+            text = f"acceptance alpha {alpha:.2f} (upper bound {upper:.2f}) vs {promoted:.2f} at promotion"
+            verdict = Verdict.FAIL if upper < floor else Verdict.PASS
+            checks.append(_Check(verdict, f"{text}: {'below' if upper < floor else 'within'} the drop limit"))
+    load = None
+    if now.per_pod_load is not None and reference.requests_per_pod_per_second:
+        load = now.per_pod_load / reference.requests_per_pod_per_second
+    latency = now.token_latency
+    if reference.token_latency_p95_seconds and latency is not None and now.requests >= guardrails.min_requests:
+        ceiling = reference.token_latency_p95_seconds * (1 + settings.max_token_latency_increase)
+        if load is not None and 1 / (1 + LOAD_TOLERANCE) <= load <= 1 + LOAD_TOLERANCE:
+            checks.append(_p95_ceiling(ctx, "per-token p95", latency, ceiling, _ms, samples=now.requests))
+        elif load is not None:
+            checks.append(
+                _Check(Verdict.INCONCLUSIVE, f"per-pod load {load:.2f}x that at promotion: latency not comparable")
+            )
+    reasons = tuple(c.message for c in checks)
+    if any(c.verdict is Verdict.FAIL for c in checks):
+        return DriftCheck(True, load, reasons)
+    judged = len(checks) == 2 and all(c.verdict is Verdict.PASS for c in checks)
+    return DriftCheck(False if judged else None, load, reasons or ("not enough evidence this window",))

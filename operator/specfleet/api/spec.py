@@ -536,6 +536,37 @@ class Guardrails(ApiModel):
     fails the canary at once, whatever this limit. Stable's restarts are reported beside, never judged."""
 
 
+class DriftAction(StrEnum):
+    ALERT = "Alert"
+    ROLLBACK = "Rollback"
+
+
+class DriftSpec(ApiModel):
+    """Keep judging the fleet after promotion: is speculation still paying what it paid when promoted?
+
+    While Healthy the stable track is measured every `analysis.window` and compared with what its canary
+    measured when it was promoted: acceptance alpha, and p95 per-token latency at comparable per-pod load
+    (within 25%; a larger shift of the load is recorded as a traffic shift instead). Each comparison uses
+    the canary judge's bounds at `analysis.confidence` per look; `looks` agreeing looks in a row flip the
+    `SpeculationPaying` condition either way (hysteresis), and never before `minDwell` after promotion.
+    """
+
+    max_acceptance_drop: Fraction = 0.1
+    """Largest fall of acceptance alpha below its value at promotion (0.1 = ten points), by its upper bound."""
+    max_token_latency_increase: Annotated[float, Field(gt=0, le=10)] = 0.2
+    """Largest rise of the p95 per-token latency over its value at promotion (0.2 = 20% slower), by its
+    lower bound, at comparable per-pod load."""
+    looks: Annotated[int, Field(ge=1, le=20)] = 3
+    """Consecutive looks that must agree before the condition flips (either way)."""
+    min_dwell: Duration = "15m"
+    """No drift verdict until the fleet has served its revision this long (warm caches, settled load)."""
+    on_drift: DriftAction = DriftAction.ALERT
+    """`Alert`: condition, event and the operator's `specfleet_speculation_paying` gauge (alert rule
+    SpecfleetSpeculationNotPaying). `Rollback`: also canary the fleet back to what stable served before
+    this revision was promoted (else no speculation) through the normal steps; it is then served while
+    the spec is unchanged."""
+
+
 class HTTPRouteRef(ApiModel):
     """A Gateway API HTTPRoute whose backend weights specfleet sets."""
 
@@ -564,6 +595,8 @@ class RolloutSpec(ApiModel):
     traffic_routing: TrafficRouting | None = None
     history_limit: Annotated[int, Field(ge=1, le=50)] = 10
     """Revisions kept in status.history."""
+    drift: DriftSpec | None = None
+    """Optional: keep measuring after promotion and flag (or roll back) a config that stopped paying."""
 
     rules = (
         Rule(

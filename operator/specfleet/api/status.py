@@ -243,6 +243,34 @@ class AutoTuneStatus(ApiModel):
     """The schedule applied (with `spec.autoTune.apply`): served under its own revision once promoted."""
 
 
+class DriftReference(ApiModel):
+    """What the serving revision measured as a canary when it was promoted: the drift baseline."""
+
+    revision: Annotated[str, Field(max_length=63)]
+    time: datetime
+    acceptance_alpha: float | None = None
+    token_latency_p95_seconds: float | None = None
+    requests_per_pod_per_second: float | None = None
+
+
+class DriftStatus(ApiModel):
+    """Drift of the serving revision from what it measured at promotion (with `rollout.drift`)."""
+
+    reference: DriftReference | None = None
+    drifted_looks: int = 0
+    """Consecutive looks that found drift."""
+    steady_looks: int = 0
+    """Consecutive looks that found none."""
+    message: ShortText = ""
+    """The last look's comparison, with the numbers."""
+    load_ratio: float | None = None
+    """The last look's per-pod load / the load at promotion: far from 1 is a traffic shift."""
+    previous: ServingSnapshot | None = None
+    """What stable served before this revision was promoted: the config `onDrift: Rollback` returns to."""
+    revert: TunedConfig | None = None
+    """With `onDrift: Rollback`: the reference config the fleet is rolled back to (canaried)."""
+
+
 class PreflightStatus(ApiModel):
     """The last preflight check of a new drafter (a Job in the serving image), which gates its canary."""
 
@@ -317,6 +345,8 @@ class SpeculativeDeploymentStatus(ApiModel):
     """The last experiment over `spec.autoTune.candidates` (kept after it ends, for its table)."""
     preflight: PreflightStatus | None = None
     """The last preflight check of a canary's new drafter."""
+    drift: DriftStatus | None = None
+    """Drift of the serving revision since its promotion (with `rollout.drift`)."""
     auto_tune: AutoTuneStatus | None = None
     """Load points and the proposed batch-size schedule of the depth (with `spec.autoTune`)."""
     acknowledged_commands: Annotated[dict[str, Annotated[str, Field(max_length=256)]], Field(max_length=8)] = {}

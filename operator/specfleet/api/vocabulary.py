@@ -46,3 +46,4 @@ class ConditionType(StrEnum):
     PROGRESSING = "Progressing"
     SPEC_VALID = "SpecValid"
     GUARDED = "Guarded"
+    SPECULATION_PAYING = "SpeculationPaying"

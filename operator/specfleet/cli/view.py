@@ -243,6 +243,10 @@ def render_status(obj: dict[str, Any]) -> Group:
         style = {"Passed": "green", "Failed": "red"}.get(check.get("state", ""), "yellow")
         message = f": {check['message']}" if check.get("message") else ""
         parts.append(Text(f"Preflight of {check['revision']}: {check.get('state', '?')}{message}", style=style))
+    if (status.get("drift") or {}).get("message"):
+        drift = status["drift"]
+        load = f" (per-pod load x{drift['loadRatio']:.2f} of promotion's)" if drift.get("loadRatio") else ""
+        parts.append(Text(f"Drift: {drift['message']}{load}"))
     if status.get("experiment"):
         parts.append(experiment_table(status["experiment"]))
     if status.get("history"):

@@ -7,11 +7,11 @@ from specfleet.api.durations import parse_duration
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.spec import SpeculativeMethod
 from specfleet.api.status import Analysis, SpeculativeDeploymentStatus, Verdict
-from specfleet.autotune.candidates import spec_for_revision
 from specfleet.controller.metrics import ANALYSES, ANALYSIS_SECONDS
 from specfleet.judge import TrackEvidence, judge, measurements
 from specfleet.metrics import promql
 from specfleet.metrics.prometheus import MetricsProvider, ProviderError
+from specfleet.rollout.state import served_spec
 from specfleet.rollout.types import FleetLook
 from specfleet.stats import Binned
 
@@ -92,7 +92,7 @@ def analyze(
         except ProviderError as error:
             ANALYSES.labels(Verdict.ERROR.value).inc()
             return Analysis(**base, verdict=Verdict.ERROR, reasons=[str(error)[:MAX_REASON]])
-    drafter = spec_for_revision(spec, status.experiment, status.canary_revision).speculative
+    drafter = served_spec(spec, status, status.canary_revision).speculative
     serving = (status.stable_serving or {}).get("speculative") or {}
     assert isinstance(serving, dict)
     result = judge(
@@ -118,7 +118,8 @@ def analyze(
 def measure_fleet(
     provider: MetricsProvider, sdep: SpeculativeDeployment, status: SpeculativeDeploymentStatus, now: datetime
 ) -> FleetLook:
-    """Blocking: the stable track over the last analysis window, while the fleet is Healthy."""
+    """Blocking: the stable track over the last analysis window, while the fleet is Healthy (load points,
+    drift)."""
     assert status.stable_revision is not None
     meta = sdep.metadata
     seconds = parse_duration(sdep.spec.rollout.analysis.window).total_seconds()
@@ -127,4 +128,4 @@ def measure_fleet(
         found = evidence(provider, stable, seconds, now.timestamp())
     except ProviderError as error:
         return FleetLook(time=now, revision=status.stable_revision, error=str(error)[:MAX_REASON])
-    return FleetLook(time=now, revision=status.stable_revision, stable=measurements(found))
+    return FleetLook(time=now, revision=status.stable_revision, stable=measurements(found), evidence=found)

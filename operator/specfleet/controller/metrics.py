@@ -13,6 +13,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from specfleet.api.status import Phase
+from specfleet.api.vocabulary import ConditionType
 from specfleet.metrics import names
 
 RECONCILES_TOTAL = "specfleet_reconciles_total"
@@ -21,6 +22,7 @@ ANALYSES_TOTAL = "specfleet_analyses_total"
 ANALYSIS_DURATION = "specfleet_analysis_duration_seconds"
 ROLLOUT_PHASE = "specfleet_rollout_phase"
 CANARY_WEIGHT = "specfleet_canary_weight"
+SPECULATION_PAYING = "specfleet_speculation_paying"
 LEADING = "specfleet_leader"
 
 API_REQUESTS = Counter(
@@ -49,6 +51,11 @@ class FleetCollector(Collector):
         keys = [names.NAMESPACE, names.SDEP]
         phase = GaugeMetricFamily(ROLLOUT_PHASE, "Rollout phase of a SpeculativeDeployment", labels=[*keys, "phase"])
         weight = GaugeMetricFamily(CANARY_WEIGHT, "Canary share of traffic, percent", labels=keys)
+        paying = GaugeMetricFamily(
+            SPECULATION_PAYING,
+            "1 while the serving revision measures as it did at promotion, 0 once it drifted (rollout.drift)",
+            labels=keys,
+        )
         for obj in self._objects():
             meta, status = obj.get("metadata") or {}, obj.get("status") or {}
             key = [meta.get("namespace", ""), meta.get("name", "")]
@@ -56,5 +63,11 @@ class FleetCollector(Collector):
             for candidate in Phase:
                 phase.add_metric([*key, candidate.value], 1.0 if candidate.value == current else 0.0)
             weight.add_metric(key, float(status.get("canaryWeight", 0)))
+            condition = next(
+                (c for c in status.get("conditions") or [] if c.get("type") == ConditionType.SPECULATION_PAYING), {}
+            )
+            if condition.get("status") in ("True", "False"):
+                paying.add_metric(key, 1.0 if condition["status"] == "True" else 0.0)
         yield phase
         yield weight
+        yield paying

@@ -21,6 +21,19 @@ def _p95_by_fleet(histogram: str, track: str) -> str:
 
 RULES: list[dict[str, object]] = [
     {
+        "alert": "SpecfleetSpeculationNotPaying",
+        "expr": "specfleet_speculation_paying == 0",
+        "for": "0m",
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": "A fleet's speculative config no longer measures as it did when promoted",
+            "description": "{{ $labels.namespace }}/{{ $labels.specfleet_io_name }}: the operator found drift for "
+            "rollout.drift.looks windows in a row (acceptance alpha fallen, or per-token latency risen at comparable "
+            "load). kubectl specfleet status shows the numbers; onDrift: Rollback canaries back to the previous "
+            "config.",
+        },
+    },
+    {
         "alert": "SpecfleetLowAcceptanceAlpha",
         "expr": (
             _by_track(names.ACCEPTED_PER_POSITION, '{position="0"}')

@@ -2,6 +2,7 @@
 
 from specfleet.api.spec import FallbackAction
 from specfleet.api.status import Outcome, Phase, Verdict
+from specfleet.rollout.drift import reference_at_promotion
 from specfleet.rollout.state import Pass
 from specfleet.rollout.types import DRAIN
 
@@ -66,7 +67,8 @@ def promote(p: Pass, reason: str) -> Pass:
     revision = p.status.canary_revision
     assert revision is not None
     return (
-        p.recording(Outcome.PROMOTED, revision, reason)
+        reference_at_promotion(p, revision)
+        .recording(Outcome.PROMOTED, revision, reason)
         .with_event("Promoted", f"canary {revision} promoted: {reason}")
         .with_status(
             stable_revision=revision,

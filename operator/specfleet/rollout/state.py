@@ -11,6 +11,19 @@ from specfleet.autotune.candidates import spec_for_revision
 from specfleet.rollout.types import Event, Observation, live_canary, set_condition
 
 
+def served_spec(
+    spec: SpeculativeDeploymentSpec, status: SpeculativeDeploymentStatus, revision: str | None
+) -> SpeculativeDeploymentSpec:
+    """The spec whose serving part renders `revision`: the config a drift rolled back to, the applied
+    schedule, an experiment's candidate, or the spec itself."""
+    revert = status.drift.revert if status.drift else None
+    tuned = status.auto_tune.tuned if status.auto_tune else None
+    for override in (revert, tuned):
+        if override is not None and revision == override.revision:
+            return spec.with_serving(override.serving)
+    return spec_for_revision(spec, status.experiment, revision)
+
+
 @dataclass(frozen=True)
 class Pass:
     """What one pass of `decide` has decided so far: the next status, events, wake-ups, canary traffic."""
@@ -38,12 +51,8 @@ class Pass:
         return replace(self, **changes)
 
     def served_spec(self, revision: str | None) -> SpeculativeDeploymentSpec:
-        """The spec whose serving part renders `revision`: the applied schedule, an experiment's candidate,
-        or the spec."""
-        tuned = self.status.auto_tune.tuned if self.status.auto_tune else None
-        if tuned is not None and revision == tuned.revision:
-            return self.spec.with_serving(tuned.serving)
-        return spec_for_revision(self.spec, self.status.experiment, revision)
+        """The spec whose serving part renders `revision` (see `served_spec`)."""
+        return served_spec(self.spec, self.status, revision)
 
     def with_status(self, **changes: Any) -> "Pass":
         return replace(self, status=self.status.model_copy(update=changes))

@@ -16,6 +16,7 @@ from specfleet.autotune.candidates import depth
 from specfleet.autotune.schedule import LoadPoint, Proposal, depth_for_batch, engine_takes_schedule, propose_schedule
 from specfleet.render.manifests import revision
 from specfleet.render.vllm_versions import VllmVersion
+from specfleet.rollout.drift import judge_drift, reverted_revision
 from specfleet.rollout.state import Pass
 
 MAX_POINTS = 32
@@ -100,10 +101,14 @@ def _as_status(proposal: Proposal, now: datetime) -> ScheduleProposal:
 
 
 def tuned_revision(p: Pass) -> str:
-    """The revision the fleet should serve: the spec's, or, with `autoTune.apply`, the spec's with the
-    applied schedule (which is then canaried and promoted as any revision)."""
+    """The revision the fleet should serve: the spec's; with `onDrift: Rollback` after a drift, the reference
+    config; with `autoTune.apply`, the spec's with the applied schedule. Each is canaried and promoted as
+    any revision."""
     desired = p.obs.desired_revision
     assert desired is not None
+    reverted = reverted_revision(p, desired)
+    if reverted is not None:
+        return reverted
     tuned = p.status.auto_tune.tuned if p.status.auto_tune else None
     applying = p.spec.auto_tune is not None and p.spec.auto_tune.apply
     return tuned.revision if applying and tuned is not None and tuned.base == desired else desired
@@ -138,9 +143,10 @@ def _apply(p: Pass, served: SpeculativeDeploymentSpec) -> Pass:
 
 
 def look_at_fleet(p: Pass) -> Pass:
-    """While Healthy with `spec.autoTune` and a Prometheus: measure the stable track every analysis window,
-    and take in a fresh look."""
-    if p.spec.auto_tune is None or not p.obs.guarded or p.status.phase is not Phase.HEALTHY:
+    """While Healthy with `spec.autoTune` or `rollout.drift` and a Prometheus: measure the stable track every
+    analysis window, and take in a fresh look (load points, drift)."""
+    watched = p.spec.auto_tune is not None or p.spec.rollout.drift is not None
+    if not watched or not p.obs.guarded or p.status.phase is not Phase.HEALTHY:
         return p
     stable = p.status.stable_revision
     look = p.obs.fleet_look
@@ -149,7 +155,9 @@ def look_at_fleet(p: Pass) -> Pass:
         p = p.with_status(
             auto_tune=(p.status.auto_tune or AutoTuneStatus()).model_copy(update={"last_look": look.time})
         )
-        if look.stable is not None:
+        if look.evidence is not None:
+            p = judge_drift(p, look.evidence)
+        if look.stable is not None and p.spec.auto_tune is not None:
             k = depth(served)
             if look.stable.batch_size_mean and served.speculative.num_speculative_tokens_per_batch_size:
                 rows = served.speculative.num_speculative_tokens_per_batch_size

@@ -14,6 +14,7 @@ from specfleet.api.status import (
     SpeculativeDeploymentStatus,
 )
 from specfleet.api.vocabulary import ConditionType
+from specfleet.judge import TrackEvidence
 
 DRAIN = timedelta(seconds=10)
 """Time between taking traffic off a canary and deleting its pods (endpoints and routes catch up)."""
@@ -186,4 +187,6 @@ class FleetLook:
     time: datetime
     revision: str
     stable: Measurements | None = None
+    evidence: TrackEvidence | None = None
+    """The counts behind `stable`, for the drift comparison's bounds."""
     error: str | None = None

@@ -1,0 +1,112 @@
+"""Drift: keep judging the serving revision after promotion against what it measured as a canary.
+
+The reference is the promoted canary's last analysis (alpha, p95 per-token latency, per-pod load). Each
+look while Healthy (`tuning.look_at_fleet`) is compared with it by `judge.drift`; `rollout.drift.looks`
+agreeing looks in a row flip `SpeculationPaying` (hysteresis both ways), never before `minDwell` after
+promotion. With `onDrift: Rollback` the fleet is then canaried back to the reference config: the
+config stable served before (kept at promotion), or no speculation.
+"""
+
+from specfleet.api.durations import parse_duration
+from specfleet.api.spec import DriftAction, SpeculativeDeploymentSpec, SpeculativeMethod, SpeculativeSpec
+from specfleet.api.status import ConditionStatus, DriftReference, DriftStatus, TunedConfig
+from specfleet.api.vocabulary import ConditionType
+from specfleet.judge import LOAD_TOLERANCE, TrackEvidence, drift
+from specfleet.render.manifests import revision
+from specfleet.rollout.state import Pass
+
+
+def reference_at_promotion(p: Pass, promoted: str) -> Pass:
+    """The drift baseline of a revision being promoted: its canary's last analysis."""
+    last = p.status.last_analysis
+    measured = last.canary if last is not None and last.revision == promoted else None
+    reference = DriftReference(
+        revision=promoted,
+        time=p.obs.now,
+        acceptance_alpha=measured.acceptance_alpha if measured else None,
+        token_latency_p95_seconds=measured.token_latency_p95_seconds if measured else None,
+        requests_per_pod_per_second=measured.requests_per_pod_per_second if measured else None,
+    )
+    revert = p.status.drift.revert if p.status.drift else None
+    p = p.with_status(drift=DriftStatus(reference=reference, previous=p.status.stable_serving, revert=revert))
+    if any(c.type == ConditionType.SPECULATION_PAYING for c in p.status.conditions):
+        p = p.with_condition(ConditionType.SPECULATION_PAYING, None, "Promoted", f"{promoted}: not judged yet")
+    return p
+
+
+def reverted_revision(p: Pass, desired: str) -> str | None:
+    """With `onDrift: Rollback`, the reference config the fleet was rolled back to, while the spec stays."""
+    settings = p.spec.rollout.drift
+    revert = p.status.drift.revert if p.status.drift else None
+    if settings is None or settings.on_drift is not DriftAction.ROLLBACK or revert is None:
+        return None
+    return revert.revision if revert.base == desired else None
+
+
+def judge_drift(p: Pass, evidence: TrackEvidence) -> Pass:
+    """Take one look's evidence into the drift counters, the condition, events and (maybe) a rollback."""
+    settings, stable = p.spec.rollout.drift, p.status.stable_revision
+    status = p.status.drift or DriftStatus()
+    reference = status.reference
+    if settings is None or stable is None:
+        return p
+    if reference is None or reference.revision != stable:
+        message = f"revision {stable} was not canaried by this operator: no reference to compare with"
+        return p.with_status(drift=status.model_copy(update={"message": message}))
+    if p.obs.now < reference.time + parse_duration(settings.min_dwell):
+        message = f"serving {stable} for less than minDwell {settings.min_dwell}: not judged yet"
+        return p.with_status(drift=status.model_copy(update={"message": message}))
+    guardrails, confidence = p.spec.rollout.guardrails, p.spec.rollout.analysis.confidence
+    check = drift(settings, reference, evidence, guardrails, confidence)
+    drifted = status.drifted_looks + 1 if check.drifted else 0
+    steady = status.steady_looks + 1 if check.drifted is False else 0
+    message = "; ".join(check.reasons)[:1024]
+    p = _traffic_shift(p, status.load_ratio, check.load_ratio)
+    status = status.model_copy(
+        update={"drifted_looks": drifted, "steady_looks": steady, "message": message, "load_ratio": check.load_ratio}
+    )
+    p = p.with_status(drift=status)
+    paying = next((c.status for c in p.status.conditions if c.type == ConditionType.SPECULATION_PAYING), None)
+    if drifted >= settings.looks and paying is not ConditionStatus.FALSE:
+        text = f"{stable} drifted for {drifted} looks: {message}"
+        p = p.with_condition(ConditionType.SPECULATION_PAYING, False, "Drifted", text)
+        p = p.with_event("SpeculationNotPaying", text, warning=True)
+        if settings.on_drift is DriftAction.ROLLBACK:
+            p = _revert(p)
+    elif steady >= settings.looks and paying is not ConditionStatus.TRUE:
+        p = p.with_condition(ConditionType.SPECULATION_PAYING, True, "AsPromoted", f"{stable}: {message}")
+        if paying is ConditionStatus.FALSE:
+            p = p.with_event("SpeculationPayingAgain", f"{stable}: {message}")
+    return p
+
+
+def _traffic_shift(p: Pass, before: float | None, now: float | None) -> Pass:
+    """An event when the per-pod load moves out of (or back into) the comparable band around promotion's."""
+
+    def shifted(ratio: float | None) -> bool:
+        return ratio is not None and not 1 / (1 + LOAD_TOLERANCE) <= ratio <= 1 + LOAD_TOLERANCE
+
+    if now is not None and shifted(now) and not shifted(before):
+        message = f"per-pod load is {now:.2f}x that at promotion: latency is compared only at comparable load"
+        return p.with_event("TrafficShifted", message)
+    return p
+
+
+def _reference_config(p: Pass) -> SpeculativeDeploymentSpec:
+    """The config before the drifted one: what stable served before its promotion, else no speculation."""
+    previous = p.status.drift.previous if p.status.drift else None
+    if previous:
+        return p.spec.with_serving(previous)
+    served = p.served_spec(p.status.stable_revision)
+    return served.model_copy(update={"speculative": SpeculativeSpec(method=SpeculativeMethod.NONE)})
+
+
+def _revert(p: Pass) -> Pass:
+    spec, desired = _reference_config(p), p.obs.desired_revision
+    target = revision(spec)
+    if desired is None or target in (p.status.stable_revision, p.status.rejected_revision):
+        return p
+    assert p.status.drift is not None
+    revert = TunedConfig(base=desired, revision=target, serving=spec.serving(), time=p.obs.now)
+    p = p.with_status(drift=p.status.drift.model_copy(update={"revert": revert}))
+    return p.with_event("DriftRollback", f"canarying back to {target} ({spec.summary()})", warning=True)
