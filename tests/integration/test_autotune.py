@@ -62,6 +62,7 @@ def test_an_experiment_over_k_promotes_the_k_the_model_says_is_fastest(
     configs = [arg for pod in pods for arg in pod.spec.containers[0].args if "num_speculative_tokens" in arg]
     assert configs and all(f'"num_speculative_tokens":{best}' in arg.replace(" ", "") for arg in configs)
     assert status["history"][-1]["outcome"] == "Promoted" and f"k={best}" in status["history"][-1]["summary"]
+    print(json.dumps({"experiment": status["experiment"], "oracle": latency}))  # the table docs/autotune.md shows
 
     # The traffic grows past the knee, in two stages (longer answers, more of them: batches of tens, then
     # hundreds): the fleet's looks while Healthy add load points at each batch size, and the proposed

@@ -65,7 +65,8 @@ def _propose(p: Pass, served: SpeculativeDeploymentSpec) -> Pass:
     if not points:
         return p
     current = depth(served)
-    ks = range(0, max(current, *(pt.k for pt in points)) + 1)
+    measured = [pt.k for pt in points]
+    ks = range(min(measured), max(measured) + 1)  # interpolated between depths measured, never extrapolated
     proposal = propose_schedule(
         points,
         status.acceptance_per_position,
