@@ -100,8 +100,9 @@ def test_a_tokenizer_mismatch_fails_preflight_and_the_canary_never_starts_a_matc
         preflight = aborted["preflight"]
         assert preflight["state"] == "Failed" and preflight["revision"] == aborted["rejectedRevision"], aborted
         assert "vocabulary size differs: target 512 tokens, drafter 600" in preflight["message"], preflight
-        failed = events(fleet, "PreflightFailed")
-        assert failed and "vocabulary size differs: target 512 tokens, drafter 600" in failed[0], failed
+        # events are posted after the status that they explain is written: wait for it
+        failed = wait_for("the PreflightFailed event", lambda: events(fleet, "PreflightFailed"), timeout=30)
+        assert "vocabulary size differs: target 512 tokens, drafter 600" in failed[0], failed
         assert f"llama-preflight-{preflight['revision']}" in seen.jobs
         assert "llama-canary" not in seen.deployments, "a failed preflight never gets a canary"
         assert aborted["stableRevision"] == stable
@@ -114,7 +115,7 @@ def test_a_tokenizer_mismatch_fails_preflight_and_the_canary_never_starts_a_matc
         )
         assert promoted["preflight"]["state"] == "Passed", promoted["preflight"]
         assert promoted["preflight"]["message"].startswith("same vocabulary (512 tokens, bos 1, eos 2, pad 0)")
-        assert events(fleet, "PreflightPassed"), "the passed preflight is an Event too"
+        wait_for("the PreflightPassed event", lambda: events(fleet, "PreflightPassed"), timeout=30)
         assert "llama-canary" in seen.deployments, "a passed preflight lets the canary start"
         wait_for(
             "the preflight Jobs deleted once decided",
