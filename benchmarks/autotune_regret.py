@@ -7,14 +7,19 @@ each draw an experiment runs as the operator runs it, with the API's defaults: e
 a canary of 1 pod next to the stable pods (the same load per pod), judged by the real judge with the default
 guardrails at every analysis interval over the window, and measured by the first passing analysis once
 its first step is over (pause and a whole window); a failure, or `onNoData` of inconclusive analyses, marks
-it Failed. A candidate with stable's k is not measured (SameAsStable). `specfleet.autotune.candidates.choose`
-then ranks the measured ones by median per-token latency relative to stable in the same window.
+it Failed. A candidate with stable's k is not measured (SameAsStable). The evidence includes the mean
+per-token latency (the histogram's `_sum` increase over its `_count` increase, as `increase()` reads them), so
+the judge's Measurements carry it as the operator's do; as `specfleet.rollout.experiment` does, each measured
+candidate's score is its mean per-token latency / stable's and its output tokens/s per pod / stable's (same
+window), and `specfleet.autotune.candidates.choose` picks the winner.
 
 The oracle (`specfleet.sim.oracle`) gives each config's mean per-token latency at the draw's load in closed
 form. The figure of merit is the speed-up over no speculation of the config the fleet ends up serving (the
 winner, or stable when nothing wins) as a fraction of the best speed-up among the candidates and stable.
 "noise-free" applies the same ranking rule to the oracle's latency ratios (throughput ratios all 1: the
-load is an arrival rate), to separate what the rule costs from what the measurement noise costs.
+load is an arrival rate), to separate what the rule costs from what the measurement noise costs. "old" is
+the operator's ranking before it changed (median per-token latency ratios; ties to the highest throughput
+ratio, then the smaller k); two more rows change one of the two at a time, to show what each change did.
 
     python benchmarks/autotune_regret.py                  # 24 draws, the figures in docs/autotune.md
     python benchmarks/autotune_regret.py --draws 4 --no-plot
@@ -23,14 +28,14 @@ It starts no cluster and no server, only `--workers` worker processes (as benchm
 """
 
 import argparse
+import dataclasses
 import json
-import math
 import multiprocessing
 import random
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -45,7 +50,7 @@ from specfleet.api.spec import (
     Guardrails,
 )
 from specfleet.api.status import Measurements, Verdict
-from specfleet.autotune.candidates import Score, choose
+from specfleet.autotune.candidates import THROUGHPUT_TIE, TIE, Score, choose
 from specfleet.devcluster.process import signals_as_interrupts
 from specfleet.hardware import BY_SHORT_NAME, PRODUCTS
 from specfleet.judge import judge
@@ -140,24 +145,35 @@ class Measured:
     """From Ready to the decision."""
     canary: Measurements
     stable: Measurements
-    mean_ratio: float
-    """Mean per-token latency (the histogram's sum / count, as `rate(_sum) / rate(_count)` reads it) / stable's,
-    same window: what the ranking would read if it ranked by the mean, which the oracle predicts."""
 
     def ratio(self, field_name: str) -> float | None:
+        """Canary's measurement / stable's, as `rollout.experiment` divides them; None if either is missing."""
+        if self.verdict is not Verdict.PASS:
+            return None
         canary, stable = getattr(self.canary, field_name), getattr(self.stable, field_name)
         return canary / stable if canary is not None and stable else None
 
     @property
+    def mean_ratio(self) -> float | None:
+        """What the operator ranks by: mean per-token latency / stable's (None: it marks the candidate Failed)."""
+        return self.ratio("token_latency_mean_seconds")
+
+    @property
     def p50_ratio(self) -> float | None:
-        """What the experiment ranks by: median per-token latency / stable's."""
-        return self.ratio("token_latency_p50_seconds") if self.verdict is Verdict.PASS else None
+        """What the operator ranked by before: median per-token latency / stable's."""
+        return self.ratio("token_latency_p50_seconds")
+
+    @property
+    def throughput_ratio(self) -> float | None:
+        """Output tokens/s per pod / stable's: the tie-break."""
+        return self.ratio("generation_tokens_per_pod_per_second")
 
 
-def _window_mean(now: tuple[float, float], then: tuple[float, float]) -> float:
-    """Mean observation between two (sum, count) readings; NaN without observations."""
+def _window_mean(now: tuple[float, float], then: tuple[float, float]) -> float | None:
+    """Mean observation between two (sum, count) readings, as `increase(_sum) / increase(_count)`; None (NaN
+    in Prometheus, which the operator reads as no value) without observations."""
     count = now[1] - then[1]
-    return (now[0] - then[0]) / count if count else math.nan
+    return (now[0] - then[0]) / count if count else None
 
 
 def _latency_sums(engines: list[Engine]) -> tuple[float, float]:
@@ -202,10 +218,16 @@ def measure(job: tuple[Draw, int, Experiment, int]) -> Measured:
         back = max(0, look - reach)
         span = (look - back) * experiment.interval
         (c_now, s_now, c_sums, s_sums), (c_then, s_then, c_sums_then, s_sums_then) = readings[look], readings[back]
+        canary_evidence = dataclasses.replace(
+            evidence(c_now, c_then, span, True), token_latency_mean=_window_mean(c_sums, c_sums_then)
+        )
+        stable_evidence = dataclasses.replace(
+            evidence(s_now, s_then, span, experiment.stable_k > 0), token_latency_mean=_window_mean(s_sums, s_sums_then)
+        )
         result = judge(
             experiment.guardrails,
-            evidence(c_now, c_then, span, True),
-            evidence(s_now, s_then, span, experiment.stable_k > 0),
+            canary_evidence,
+            stable_evidence,
             speculative=True,
             confidence=experiment.confidence,
             look=look,
@@ -220,8 +242,7 @@ def measure(job: tuple[Draw, int, Experiment, int]) -> Measured:
             or (verdict is Verdict.PASS and elapsed >= needed)
             or (verdict is not Verdict.PASS and unjudged >= experiment.on_no_data)
         ):
-            mean_ratio = _window_mean(c_sums, c_sums_then) / _window_mean(s_sums, s_sums_then)
-            return Measured(k, verdict, elapsed, result.canary, result.stable, mean_ratio)
+            return Measured(k, verdict, elapsed, result.canary, result.stable)
 
 
 def oracle(job: tuple[Draw, tuple[int, ...]]) -> dict[int, float]:
@@ -240,12 +261,16 @@ class Outcome:
     """Oracle mean per-token latency by k (0: no speculation)."""
     measured: list[Measured]
     chosen: int | None
-    """The winner's k, or None: stable stays."""
-    by_mean: int | None
-    """What the same rule chooses on the measured mean (not median) per-token latency ratios."""
+    """The winner's k as the operator chooses it (mean ratios, `candidates.choose`), or None: stable stays."""
+    old: int | None
+    """What the operator chose before (median ratios, `old_choose`)."""
+    by_median: int | None
+    """What `candidates.choose` chooses on the median ratios: the old statistic with today's tie-break."""
+    old_ties: int | None
+    """What `old_choose` chooses on the mean ratios: today's statistic with the old tie-break."""
     noise_free: int | None
-    """What the same rule chooses on the oracle's latency ratios (throughput ratios 1: the load is an arrival
-    rate), among the candidates that passed."""
+    """What `candidates.choose` chooses on the oracle's latency ratios (throughput ratios 1: the load is an
+    arrival rate), among the candidates the operator measured."""
     stable_k: int
 
     @property
@@ -265,39 +290,63 @@ class Outcome:
         return self.speedup(self.stable_k if k is None else k) / self.speedup(self.best)
 
 
-def _winner(
+Rule = Callable[[Sequence[Score], float], int | None]
+
+
+def old_choose(scores: Sequence[Score], min_improvement: float) -> int | None:
+    """`candidates.choose` before the ranking changed (`git show 7f2325f^:operator/specfleet/autotune/candidates.py`),
+    kept for comparison: ties within `TIE` go to the highest throughput ratio, then to the smallest k."""
+    eligible = [s for s in scores if s.token_latency_ratio <= 1 - min_improvement]
+    if not eligible:
+        return None
+    best = min(s.token_latency_ratio for s in eligible)
+    tied = [s for s in eligible if s.token_latency_ratio <= best * (1 + TIE)]
+    winner = min(tied, key=lambda s: (-(s.throughput_ratio or 0.0), s.k, s.token_latency_ratio, s.index))
+    return winner.index
+
+
+def scores(
     measured: list[Measured],
     ratio: Callable[[Measured], float | None],
     throughput: Callable[[Measured], float | None],
-    min_improvement: float,
-) -> int | None:
-    """The k `choose` picks among the candidates that passed, ranked by `ratio`; None: stable stays."""
-    scores = [
+) -> list[Score]:
+    """As `rollout.experiment` scores them: every candidate that passed and has a latency ratio (the operator
+    marks one without it Failed), by its index in `measured`."""
+    return [
         Score(index, value, throughput(m), m.k)
         for index, m in enumerate(measured)
-        if m.verdict is Verdict.PASS and (value := ratio(m)) is not None and math.isfinite(value)
+        if m.verdict is Verdict.PASS and (value := ratio(m)) is not None
     ]
-    winner = choose(scores, min_improvement)
+
+
+def _winner(measured: list[Measured], ranked: list[Score], rule: Rule, min_improvement: float) -> int | None:
+    """The k `rule` picks; None: stable stays."""
+    winner = rule(ranked, min_improvement)
     return None if winner is None else measured[winner].k
 
 
 def decide(draw: Draw, latency: dict[int, float], measured: list[Measured], experiment: Experiment) -> Outcome:
-    """The experiment's choice, and the same rule on the mean ratios and on the oracle's ratios."""
+    """The operator's choice, the old operator's, each change alone, and today's rule on the oracle's ratios."""
+
+    def oracle_ratio(m: Measured) -> float | None:
+        """Among the candidates the operator measured."""
+        return None if m.mean_ratio is None else latency[m.k] / latency[experiment.stable_k]
 
     def throughput(m: Measured) -> float | None:
-        return m.ratio("generation_tokens_per_pod_per_second")
-
-    def oracle_ratio(m: Measured) -> float:
-        return latency[m.k] / latency[experiment.stable_k]
+        return m.throughput_ratio
 
     margin = experiment.min_improvement
+    by_mean = scores(measured, lambda m: m.mean_ratio, throughput)
+    by_median = scores(measured, lambda m: m.p50_ratio, throughput)
     return Outcome(
         draw=draw,
         latency=latency,
         measured=measured,
-        chosen=_winner(measured, lambda m: m.p50_ratio, throughput, margin),
-        by_mean=_winner(measured, lambda m: m.mean_ratio, throughput, margin),
-        noise_free=_winner(measured, oracle_ratio, lambda _: 1.0, margin),
+        chosen=_winner(measured, by_mean, choose, margin),
+        old=_winner(measured, by_median, old_choose, margin),
+        by_median=_winner(measured, by_median, choose, margin),
+        old_ties=_winner(measured, by_mean, old_choose, margin),
+        noise_free=_winner(measured, scores(measured, oracle_ratio, lambda _: 1.0), choose, margin),
         stable_k=experiment.stable_k,
     )
 
@@ -332,7 +381,7 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
 def _measured_cell(m: Measured, chosen: int | None) -> str:
     if m.verdict is not Verdict.PASS:
         return f"{m.k}: {'fail' if m.verdict is Verdict.FAIL else 'no data'}"
-    ratio = m.p50_ratio
+    ratio = m.mean_ratio
     return f"{m.k}: {ratio:.3f}{'*' if m.k == chosen else ''}" if ratio is not None else f"{m.k}: -"
 
 
@@ -348,13 +397,67 @@ def _bias_by_k(outcomes: list[Outcome], ratio: Callable[[Measured], float | None
     errors: dict[int, list[float]] = {}
     for o in outcomes:
         for m in o.measured:
-            value = ratio(m) if m.verdict is Verdict.PASS else None
-            if value is not None and math.isfinite(value):
+            if (value := ratio(m)) is not None:
                 errors.setdefault(m.k, []).append(value / (o.latency[m.k] / o.latency[stable_k]) - 1)
     return ", ".join(
-        f"k={k} {statistics.mean(e):+.1%} (sd {statistics.stdev(e) if len(e) > 1 else 0.0:.1%})"
+        f"k={k} {statistics.mean(e):+.1%} (sd {statistics.stdev(e) if len(e) > 1 else 0.0:.1%}, n={len(e)})"
         for k, e in sorted(errors.items())
     )
+
+
+def _ties(outcomes: list[Outcome], ratio: Callable[[Measured], float | None], winner: Callable[[Outcome], int | None],
+          min_improvement: float) -> str:  # fmt: skip
+    """How often the `TIE` band around the best eligible ratio held several candidates, how often the winner
+    was not the smallest k in it (throughput decided), and how often it was the oracle's best of the band."""
+    won, banded, deeper, right, losses = 0, 0, 0, 0, []
+    for o in outcomes:
+        chosen = winner(o)
+        if chosen is None:
+            continue
+        won += 1
+        values = {m.k: v for m in o.measured if (v := ratio(m)) is not None and v <= 1 - min_improvement}
+        band = [k for k, v in values.items() if v <= min(values.values()) * (1 + TIE)]
+        if len(band) > 1:
+            banded += 1
+            deeper += chosen != min(band)
+            truth = min(band, key=lambda k: o.latency[k])
+            right += chosen == truth
+            losses.append(1 - o.latency[truth] / o.latency[chosen])
+    return (
+        f"{banded} of {won} draws with a winner had 2+ candidates within {TIE:.0%}; throughput picked a deeper k"
+        f" in {deeper}; the oracle's best of the band won in {right}"
+        + (f" (loss in the others up to {max(losses):.1%})" if banded > right else "")
+    )
+
+
+def _throughput_noise(outcomes: list[Outcome], split: float = 5.0) -> str:
+    """Output tokens/s per pod, candidate / stable - 1, over the measured candidates, below and above `split`
+    requests/s per pod: at a fixed arrival rate this is chance (the window's arrivals and lengths), not speed."""
+    parts = []
+    for name, low in ((f"< {split:g} req/s/pod", True), (f">= {split:g}", False)):
+        errors = [
+            r - 1
+            for o in outcomes
+            if (o.draw.load < split) == low
+            for m in o.measured
+            if m.mean_ratio is not None and (r := m.throughput_ratio) is not None
+        ]
+        if len(errors) > 1:
+            beyond = sum(abs(e) > THROUGHPUT_TIE for e in errors)
+            parts.append(
+                f"{name}: sd {statistics.stdev(errors):.1%}, {beyond}/{len(errors)} beyond {THROUGHPUT_TIE:.0%}"
+                f" (range {min(errors):+.1%} to {max(errors):+.1%})"
+            )
+    return "; ".join(parts) or "too few measured candidates"
+
+
+ROWS: dict[str, Callable[[Outcome], int | None]] = {
+    "the experiment (mean per-token latency, candidates.choose)": lambda o: o.chosen,
+    "old: median, throughput first in ties (the operator before)": lambda o: o.old,
+    "mean, throughput first in ties (today's statistic, the old ties)": lambda o: o.old_ties,
+    "median, candidates.choose (the old statistic, today's ties)": lambda o: o.by_median,
+    "noise-free (candidates.choose on the oracle's ratios)": lambda o: o.noise_free,
+}
 
 
 def report(outcomes: list[Outcome], experiment: Experiment) -> str:
@@ -371,34 +474,35 @@ def report(outcomes: list[Outcome], experiment: Experiment) -> str:
                 f"{o.best} (x{o.speedup(o.best):.2f})",
                 f"{o.served}{'' if o.chosen is not None else ' (stable)'} (x{o.speedup(o.served):.2f})",
                 f"{o.fraction(o.chosen):.1%}",
-                f"{o.fraction(o.by_mean):.1%}",
+                f"{o.old or o.stable_k}: {o.fraction(o.old):.1%}",
                 f"{o.fraction(o.noise_free):.1%}",
                 " ".join(_measured_cell(m, o.chosen) for m in o.measured),
             ]
         )
     headers = ["draw", "GPU", "alpha / spread / decay", "draft cost", "req/s/pod", "oracle best k (speed-up)",
-               "served k", "of oracle", "by mean", "noise-free", "k: p50 ratio to stable (* chosen)"]  # fmt: skip
-    failed = sum(m.verdict is not Verdict.PASS for o in outcomes for m in o.measured)
+               "served k", "of oracle", "old: k, of oracle", "noise-free",
+               "k: mean ratio to stable (* chosen)"]  # fmt: skip
+    failed = sum(m.mean_ratio is None for o in outcomes for m in o.measured)
     total = sum(len(o.measured) for o in outcomes)
     times = [experiment_seconds(o, experiment) / 60 for o in outcomes]
     step = max(experiment.pause, experiment.window) / 60
     nominal = len(outcomes[0].measured) * (experiment.pod_start / 60 + step)
     count = len(outcomes)
-    lines = [
-        _table(headers, rows),
-        "",
-        _summary("fraction of the oracle-best speed-up (the experiment)", [o.fraction(o.chosen) for o in outcomes])
-        + f"; goal: median >= {GOAL:.0%}",
-        _summary("ranked by the measured mean instead of the median", [o.fraction(o.by_mean) for o in outcomes]),
-        _summary("noise-free (the rule on the oracle's ratios)", [o.fraction(o.noise_free) for o in outcomes]),
-        f"exact oracle k served: {sum(o.served == o.best for o in outcomes)}/{count}"
-        f" (by mean {sum((o.by_mean or o.stable_k) == o.best for o in outcomes)}/{count},"
-        f" noise-free {sum((o.noise_free or o.stable_k) == o.best for o in outcomes)}/{count});"
-        f" {failed}/{total} candidates failed a guardrail or had no data",
-        "measured p50 ratio / oracle mean ratio - 1: "
-        + _bias_by_k(outcomes, lambda m: m.p50_ratio, experiment.stable_k),
+    margin = experiment.min_improvement
+    lines = [_table(headers, rows), ""]
+    for name, winner in ROWS.items():
+        exact = sum((winner(o) or o.stable_k) == o.best for o in outcomes)
+        lines.append(_summary(name, [o.fraction(winner(o)) for o in outcomes]) + f", exact oracle k {exact}/{count}")
+    lines[2] += f"; goal: median >= {GOAL:.0%}"
+    lines += [
+        f"{failed}/{total} candidates failed a guardrail or had no data",
+        "ties, the experiment: " + _ties(outcomes, lambda m: m.mean_ratio, lambda o: o.chosen, margin),
+        "ties, old: " + _ties(outcomes, lambda m: m.p50_ratio, lambda o: o.old, margin),
+        "output tokens/s per pod, candidate / stable - 1: " + _throughput_noise(outcomes),
         "measured mean ratio / oracle mean ratio - 1: "
         + _bias_by_k(outcomes, lambda m: m.mean_ratio, experiment.stable_k),
+        "measured p50 ratio / oracle mean ratio - 1: "
+        + _bias_by_k(outcomes, lambda m: m.p50_ratio, experiment.stable_k),
         f"experiment time: median {statistics.median(times):.0f} min, longest {max(times):.0f} min"
         f" (nominal {nominal:.0f} min: {len(outcomes[0].measured)} candidates x"
         f" ({experiment.pod_start / 60:.0f} min pod start + {step:.0f} min step))",
@@ -413,13 +517,14 @@ def plot(outcomes: list[Outcome], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     series = {
-        "experiment (median per-token latency, 5-minute windows)": [o.fraction(o.chosen) for o in outcomes],
-        "the same, ranked by the mean per-token latency": [o.fraction(o.by_mean) for o in outcomes],
-        "the same rule on the oracle's ratios (noise-free)": [o.fraction(o.noise_free) for o in outcomes],
+        "experiment (mean per-token latency, 5-minute windows)": [o.fraction(o.chosen) for o in outcomes],
+        "old: median per-token latency, throughput first in ties": [o.fraction(o.old) for o in outcomes],
+        "mean per-token latency, throughput first in ties": [o.fraction(o.old_ties) for o in outcomes],
+        "the operator's rule on the oracle's ratios (noise-free)": [o.fraction(o.noise_free) for o in outcomes],
     }
     ranks = range(1, len(outcomes) + 1)
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    for (label, fractions), style in zip(series.items(), ("o-", "^-", "s--"), strict=True):
+    for (label, fractions), style in zip(series.items(), ("o-", "^-", "v:", "s--"), strict=True):
         ax.plot(ranks, sorted(f * 100 for f in fractions), style, label=label, alpha=0.8)
     ax.axhline(GOAL * 100, color="grey", linestyle=":", linewidth=1, label=f"{GOAL:.0%}")
     ax.set_xlabel("draw, sorted by fraction")

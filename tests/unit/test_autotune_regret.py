@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from specfleet.api.status import Verdict
+from specfleet.autotune.candidates import Score, choose
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
 
@@ -53,8 +54,32 @@ def test_what_is_served_is_never_slower_than_stable_by_the_oracle(outcomes: list
 
 def test_fractions_of_the_oracle_best_are_in_0_1(outcomes: list[Outcome]) -> None:
     for outcome in outcomes:
-        for choice in (outcome.chosen, outcome.by_mean, outcome.noise_free):
+        for choice in (outcome.chosen, outcome.old, outcome.old_ties, outcome.by_median, outcome.noise_free):
             assert 0 < outcome.fraction(choice) <= 1
+
+
+def test_the_experiment_is_the_operators_choice_on_the_judges_mean_latencies(outcomes: list[Outcome]) -> None:
+    for outcome in outcomes:
+        measured = [m for m in outcome.measured if m.verdict is Verdict.PASS]
+        for m in measured:
+            assert m.canary.token_latency_mean_seconds and m.stable.token_latency_mean_seconds
+            assert m.mean_ratio == m.canary.token_latency_mean_seconds / m.stable.token_latency_mean_seconds
+        scores = [
+            Score(i, m.mean_ratio, m.throughput_ratio, m.k)
+            for i, m in enumerate(outcome.measured)
+            if m.mean_ratio is not None
+        ]
+        winner = choose(scores, SHORT.min_improvement)
+        assert outcome.chosen == (None if winner is None else outcome.measured[winner].k)
+
+
+def test_the_old_rule_breaks_ties_by_throughput_first() -> None:
+    tied = [Score(0, 0.90, 1.02, 2), Score(1, 0.895, 1.0, 3)]
+    assert autotune_regret.old_choose(tied, 0.02) == 0
+    assert choose(tied, 0.02) == 0
+    tied = [Score(0, 0.90, 1.0, 2), Score(1, 0.895, 1.02, 3)]
+    assert autotune_regret.old_choose(tied, 0.02) == 1
+    assert choose(tied, 0.02) == 0  # 2% more tokens/s is within THROUGHPUT_TIE: the smaller k
 
 
 def test_every_candidate_but_stables_depth_is_measured_or_failed(outcomes: list[Outcome]) -> None:
