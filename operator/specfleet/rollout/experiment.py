@@ -182,8 +182,8 @@ def _say_which(p: Pass, live: CandidateResult) -> Pass:
     experiment = p.status.experiment
     assert experiment is not None
     condition = next((c for c in p.status.conditions if c.type == ConditionType.PROGRESSING), None)
-    if p.status.phase is not Phase.PROGRESSING or condition is None:
-        return p
+    if p.status.phase is not Phase.PROGRESSING or condition is None or condition.reason == "Experiment":
+        return p  # not progressing, or already said this pass
     started = sum(c.state is not CandidateState.PENDING for c in experiment.candidates)
     which = f"candidate {live.index} ({live.summary}), {started}/{len(experiment.candidates)} started"
     return p.in_phase(Phase.PROGRESSING, True, "Experiment", f"{which}: {condition.message}"[:1024])
