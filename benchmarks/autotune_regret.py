@@ -229,6 +229,8 @@ def measure(job: tuple[Draw, int, Experiment, int]) -> Measured:
             canary_evidence,
             stable_evidence,
             speculative=True,
+            same_drafter=experiment.stable_k
+            > 0,  # every candidate is stable's drafter at another k, as the operator says
             confidence=experiment.confidence,
             look=look,
         )

@@ -96,6 +96,9 @@ class Snapshot:
     per_position: tuple[float, ...]
     generation: float
     per_pod_finished: tuple[float, ...]
+    prompt: float = 0.0
+    token_sum: float = 0.0
+    """Sum of the per-token latency observations (the histogram's `_sum`)."""
 
 
 def _cumulative(histograms: Sequence[Histogram]) -> tuple[float, ...]:
@@ -113,6 +116,8 @@ def snapshot(metrics: Sequence[Metrics]) -> Snapshot:
         per_position=tuple(float(sum(v)) for v in zip(*(m.accepted_per_position for m in metrics), strict=True)),
         generation=float(sum(m.generation_tokens for m in metrics)),
         per_pod_finished=tuple(float(sum(m.finished.values())) for m in metrics),
+        prompt=float(sum(m.prompt_tokens for m in metrics)),
+        token_sum=sum(m.time_per_output_token.total for m in metrics),
     )
 
 
@@ -135,6 +140,10 @@ def evidence(now: Snapshot, then: Snapshot, seconds: float, speculative: bool) -
         if speculative
         else (),
         generation_tokens=now.generation - then.generation,
+        prompt_tokens=now.prompt - then.prompt,
+        token_latency_mean=(now.token_sum - then.token_sum) / count
+        if (count := now.token[-1] - then.token[-1]) > 0
+        else None,
         request_rate_per_pod=tuple(
             (a - b) / seconds for a, b in zip(now.per_pod_finished, then.per_pod_finished, strict=True)
         ),

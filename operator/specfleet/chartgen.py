@@ -68,6 +68,8 @@ STEP_LATENCY_P95 = _p95(names.INTER_TOKEN_LATENCY)
 ROLLOUT_PHASE = f"max by ({_SDEP}, phase) ({operator_metrics.ROLLOUT_PHASE}{{{_FLEET}}}) == 1"
 """One series per fleet, named by its current phase (every replica exports it: `max` deduplicates)."""
 CANARY_WEIGHT = f"max by ({_SDEP}) ({operator_metrics.CANARY_WEIGHT}{{{_FLEET}}})"
+SPEEDUP = f"max by ({_SDEP}, bound) ({operator_metrics.SPEEDUP}{{{_FLEET}}})"
+"""Stable's per-token speed-up over the holdback and its bounds (fleets with `rollout.holdback`)."""
 ROLLOUT_EVENTS = f"sum by (reason) (increase({operator_metrics.ROLLOUT_EVENTS_TOTAL}{_WINDOW}))"
 ANALYSES = f"sum by (verdict) (increase({operator_metrics.ANALYSES_TOTAL}{_WINDOW}))"
 ANALYSIS_P95 = f"histogram_quantile(0.95, sum by (le) (rate({operator_metrics.ANALYSIS_DURATION}_bucket{_WINDOW})))"
@@ -164,10 +166,21 @@ def dashboard() -> dict[str, Any]:
             unit="s",
             min=0,
         ),
-        _row("Operator", 16),
-        _panel("Analyses by verdict", "timeseries", ANALYSES, "{{verdict}}", (0, 17, 8, 6), unit="short", min=0),
-        _panel("p95 analysis latency", "timeseries", ANALYSIS_P95, "p95", (8, 17, 8, 6), unit="s", min=0),
-        _panel("Reconciles by result", "timeseries", RECONCILES, "{{result}}", (16, 17, 8, 6), unit="ops", min=0),
+        _row("After promotion: speed-up over the holdback (control group)", 16),
+        _panel(
+            "Speed-up per token vs holdback (1 = no benefit)",
+            "timeseries",
+            SPEEDUP,
+            f"{{{{{_SDEP}}}}} {{{{bound}}}}",
+            (0, 17, 24, 6),
+            unit="x",
+            thresholds={"mode": "absolute", "steps": [{"color": "red", "value": None}, {"color": "green", "value": 1}]},
+            custom={"thresholdsStyle": {"mode": "line"}},
+        ),
+        _row("Operator", 23),
+        _panel("Analyses by verdict", "timeseries", ANALYSES, "{{verdict}}", (0, 24, 8, 6), unit="short", min=0),
+        _panel("p95 analysis latency", "timeseries", ANALYSIS_P95, "p95", (8, 24, 8, 6), unit="s", min=0),
+        _panel("Reconciles by result", "timeseries", RECONCILES, "{{result}}", (16, 24, 8, 6), unit="ops", min=0),
     ]
     for number, panel in enumerate(panels, start=1):
         panel["id"] = number

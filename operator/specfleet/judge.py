@@ -27,18 +27,21 @@ false-failure budget, split over the guardrails (`specfleet.stats`).
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from specfleet.api.spec import DriftSpec, Guardrails
-from specfleet.api.status import DriftReference, Measurements, Verdict
+from specfleet.api.status import DriftReference, Measurements, Speedup, TrafficProfile, Verdict
 from specfleet.metrics import names
 from specfleet.stats import (
     Binned,
+    binned_sd,
     common_bounds,
     log_quantile_se,
     look_error,
     quantile_bounds,
     requests_to_bound,
+    t_score,
     wilson_bounds,
     z_score,
 )
@@ -50,6 +53,8 @@ count as drafts / (1 + (drafts per request - 1) x ICC) independent trials (Kish'
 means requests' own alphas spread with a standard deviation up to about 0.13 around alpha 0.8."""
 LOAD_TOLERANCE = 0.25
 """Per-pod request rates of the two tracks within this factor (1.25x) count as comparable load."""
+MIN_SLICES = 4
+"""Fewest slices of a window whose spread bounds the speed-up (batch means); with fewer, requests alone do."""
 RESOLUTION = 0.1
 """A p95 inside a bucket wider than this (or than the regression limit, if larger) cannot be resolved."""
 
@@ -72,9 +77,14 @@ class TrackEvidence:
     accepted_tokens: float | None = None
     accepted_per_position: tuple[float, ...] = ()
     generation_tokens: float | None = None
+    prompt_tokens: float | None = None
+    """`vllm:prompt_tokens_total`: prompt tokens prefilled over the range."""
     preemptions: float | None = None
     token_latency_mean: float | None = None
     """Mean per-token latency over finished requests (the per-token histogram's sum / count)."""
+    token_latency_slices: tuple[float, ...] = ()
+    """The same mean over consecutive equal slices of the range (fleet looks with a holdback): requests
+    of one slice share its batches, so the spread between slices, not between requests, bounds a ratio."""
     step_latency_mean: float | None = None
     """Mean engine step (the step-latency histogram's sum / count)."""
     batch_mean: float | None = None
@@ -178,6 +188,8 @@ def measurements(evidence: TrackEvidence) -> Measurements:
         preemptions_per_second=_rounded(_ratio(e.preemptions, e.seconds), 4),
         draft_tokens=_rounded(e.draft_tokens, 1),
         requests=_rounded(e.requests, 1),
+        prompt_tokens_per_request=_rounded(_ratio(e.prompt_tokens, e.requests), 1),
+        output_tokens_per_request=_rounded(_ratio(e.generation_tokens, e.requests), 1),
     )
 
 
@@ -425,6 +437,66 @@ def _errors(ctx: _Context) -> list[_Check]:
     return checks
 
 
+def speedup(
+    stable: TrackEvidence, holdback: TrackEvidence, guardrails: Guardrails, confidence: float, time: datetime
+) -> Speedup:
+    """Stable's speed-up over the holdback (`rollout.holdback`) over one window: holdback mean per-token
+    latency / stable's, with bounds on the log of the ratio at `confidence` for this window alone. Its error
+    is the larger of the delta method's (each mean's histogram spread / sqrt(requests)) and, with at least
+    MIN_SLICES slices of the window, the batch means' (the spread of the slices' log ratios, with Student's t):
+    requests that share batches are not independent, so the first alone is too narrow.
+
+    The mean, not the p95: it is what tokens/s per user follows, and unbiased by k (docs/autotune.md); both
+    tracks see the same traffic split by pod, so their loads match without being asked to.
+    """
+    need = guardrails.min_requests
+    if stable.requests < need or holdback.requests < need:
+        message = f"{stable.requests:.0f} stable and {holdback.requests:.0f} holdback requests finished (need {need})"
+        return Speedup(time=time, message=message)
+    s_mean, h_mean = stable.token_latency_mean, holdback.token_latency_mean
+    if not s_mean or not h_mean or stable.token_latency is None or holdback.token_latency is None:
+        return Speedup(time=time, message="no per-token latency histogram for both tracks")
+    error = math.hypot(
+        binned_sd(stable.token_latency) / (s_mean * math.sqrt(stable.requests)),
+        binned_sd(holdback.token_latency) / (h_mean * math.sqrt(holdback.requests)),
+    )
+    z = z_score((1 - confidence) / 2)
+    slices = [
+        math.log(h / s)
+        for s, h in zip(stable.token_latency_slices, holdback.token_latency_slices, strict=False)
+        if s > 0 and h > 0
+    ]
+    if len(slices) >= MIN_SLICES:  # batch means: the slices' spread, with the t quantile of so few
+        mean = sum(slices) / len(slices)
+        spread = math.sqrt(sum((r - mean) ** 2 for r in slices) / (len(slices) - 1))
+        t = t_score((1 - confidence) / 2, len(slices) - 1)
+        error = max(error, spread / math.sqrt(len(slices)) * t / z)  # scaled so that z x error is t x its own
+    log_ratio = math.log(h_mean / s_mean)
+    estimate, lower, upper = math.exp(log_ratio), math.exp(log_ratio - z * error), math.exp(log_ratio + z * error)
+    s_tokens, h_tokens = (
+        stable.per_pod_second(stable.generation_tokens),
+        holdback.per_pod_second(holdback.generation_tokens),
+    )
+    load = _ratio(stable.per_pod_load, holdback.per_pod_load)
+    message = (
+        f"per-token latency {_ms(s_mean)} vs holdback {_ms(h_mean)} (means): speed-up {estimate:.3f}x, "
+        f"{confidence * 100:g}% bounds {lower:.3f}-{upper:.3f}"
+    )
+    if load is not None and not 1 / (1 + LOAD_TOLERANCE) <= load <= 1 + LOAD_TOLERANCE:
+        message += f"; stable pods carried {load:.2f}x the holdback's per-pod load: not comparable"
+    return Speedup(
+        time=time,
+        estimate=_rounded(estimate, 4),
+        lower=_rounded(lower, 4),
+        upper=_rounded(upper, 4),
+        stable_token_latency_mean_seconds=_rounded(s_mean),
+        holdback_token_latency_mean_seconds=_rounded(h_mean),
+        throughput_ratio=_rounded(_ratio(s_tokens, h_tokens), 4),
+        load_ratio=_rounded(load, 4),
+        message=message,
+    )
+
+
 def judge(
     guardrails: Guardrails,
     canary: TrackEvidence,
@@ -479,6 +551,60 @@ class DriftCheck:
     load_ratio: float | None
     """Per-pod load now / at promotion."""
     reasons: tuple[str, ...]
+    profile: TrafficProfile | None = None
+    """The length mix now against promotion's; None without enough evidence (or no mix at promotion)."""
+
+
+MIX_TOLERANCE = 1.5
+"""Prompt and output tokens per finished request within this factor (1/1.5x to 1.5x) of their values at
+promotion count as the same length mix. Per-token latency depends on the lengths (each decoded token attends
+over the prompt and the tokens before it; longer prompts put more prefill into the decoding steps), so a p95
+taken on another mix is not comparable with the promoted one. The band is wider than the load's 1.25x
+because a window's mean length is noisier than its request rate: request lengths are heavy-tailed
+(log-normal, sigma about 0.8 to 1), so the mean of `minRequests` (100) requests can be 1.3-1.4x off the
+traffic's at 99.9%; a factor of 1.5 is a move of the traffic itself, not sampling."""
+MIX_PARTS = ("prompt", "output")
+
+
+def _outside(ratio: float | None, tolerance: float) -> bool:
+    return ratio is not None and not 1 / tolerance <= ratio <= tolerance
+
+
+def length_mix(reference: DriftReference, now: TrackEvidence, guardrails: Guardrails) -> TrafficProfile | None:
+    """Prompt and output tokens per finished request over the window (vLLM's token counters) against their
+    values at promotion. None with fewer than `guardrails.minRequests` finished requests, or when neither
+    length was measured at promotion. A part is `shifted` when its ratio is outside `MIX_TOLERANCE`."""
+    if now.requests < guardrails.min_requests:
+        return None
+    prompt = _ratio(now.prompt_tokens, now.requests)
+    output = _ratio(now.generation_tokens, now.requests)
+    prompt_ratio = _ratio(prompt, reference.prompt_tokens_per_request)
+    output_ratio = _ratio(output, reference.output_tokens_per_request)
+    if prompt_ratio is None and output_ratio is None:
+        return None
+    ratios = dict(zip(MIX_PARTS, (prompt_ratio, output_ratio), strict=True))
+    return TrafficProfile(
+        prompt_tokens_per_request=_rounded(prompt, 1),
+        output_tokens_per_request=_rounded(output, 1),
+        prompt_tokens_ratio=_rounded(prompt_ratio, 3),
+        output_tokens_ratio=_rounded(output_ratio, 3),
+        shifted=[part for part, ratio in ratios.items() if _outside(ratio, MIX_TOLERANCE)],
+    )
+
+
+def describe_mix(profile: TrafficProfile, parts: list[str] | None = None) -> str:
+    """The shifted parts of the mix (or `parts`) with the numbers, e.g. `output tokens per request 384 (3.00x
+    that at promotion)`."""
+    values = {
+        "prompt": (profile.prompt_tokens_per_request, profile.prompt_tokens_ratio),
+        "output": (profile.output_tokens_per_request, profile.output_tokens_ratio),
+    }
+    shown = [
+        f"{part} tokens per request {value:.0f} ({ratio:.2f}x that at promotion)"
+        for part in (profile.shifted if parts is None else parts)
+        if (value := values[part][0]) is not None and (ratio := values[part][1]) is not None
+    ]
+    return ", ".join(shown)
 
 
 def drift(
@@ -493,7 +619,9 @@ def drift(
     Alpha does not depend on the load, so it is judged whatever the load: drift when its upper bound is
     more than `maxAcceptanceDrop` below the promoted alpha. Latency is judged only at comparable per-pod
     load (within 25%): drift when the lower bound of its p95 is more than `maxTokenLatencyIncrease` above
-    the promoted p95. Each bound is at `confidence` for this look alone; `DriftSpec.looks` looks in a row
+    the promoted p95, and only at a comparable length mix (`length_mix`: prompt and output tokens per
+    request within `MIX_TOLERANCE` of promotion's; an unmeasured mix does not stop it). Each bound is at
+    `confidence` for this look alone; `DriftSpec.looks` looks in a row
     make the verdict (the state machine's hysteresis), which is what keeps noise from flapping it.
     """
     error = (1 - confidence) / 2
@@ -512,17 +640,19 @@ def drift(
     load = None
     if now.per_pod_load is not None and reference.requests_per_pod_per_second:
         load = now.per_pod_load / reference.requests_per_pod_per_second
+    mix = length_mix(reference, now, guardrails)
     latency = now.token_latency
     if reference.token_latency_p95_seconds and latency is not None and now.requests >= guardrails.min_requests:
         ceiling = reference.token_latency_p95_seconds * (1 + settings.max_token_latency_increase)
-        if load is not None and 1 / (1 + LOAD_TOLERANCE) <= load <= 1 + LOAD_TOLERANCE:
-            checks.append(_p95_ceiling(ctx, "per-token p95", latency, ceiling, _ms, samples=now.requests))
+        shifts = [f"per-pod load {load:.2f}x that at promotion"] if _outside(load, 1 + LOAD_TOLERANCE) else []
+        if mix is not None and mix.shifted:
+            shifts.append(describe_mix(mix))
+        if shifts:
+            checks.append(_Check(Verdict.INCONCLUSIVE, f"{'; '.join(shifts)}: latency not comparable"))
         elif load is not None:
-            checks.append(
-                _Check(Verdict.INCONCLUSIVE, f"per-pod load {load:.2f}x that at promotion: latency not comparable")
-            )
+            checks.append(_p95_ceiling(ctx, "per-token p95", latency, ceiling, _ms, samples=now.requests))
     reasons = tuple(c.message for c in checks)
     if any(c.verdict is Verdict.FAIL for c in checks):
-        return DriftCheck(True, load, reasons)
+        return DriftCheck(True, load, reasons, mix)
     judged = len(checks) == 2 and all(c.verdict is Verdict.PASS for c in checks)
-    return DriftCheck(False if judged else None, load, reasons or ("not enough evidence this window",))
+    return DriftCheck(False if judged else None, load, reasons or ("not enough evidence this window",), mix)

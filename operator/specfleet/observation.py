@@ -14,7 +14,15 @@ from pydantic import ValidationError
 
 from specfleet.api.problems import InvalidSpecError
 from specfleet.api.resource import SpeculativeDeployment
-from specfleet.api.vocabulary import LABEL_NAME, LABEL_REVISION, LABEL_TRACK, Command, Track
+from specfleet.api.vocabulary import (
+    ALWAYS_SERVED,
+    LABEL_NAME,
+    LABEL_REVISION,
+    LABEL_TRACK,
+    LABEL_TRAFFIC,
+    Command,
+    Track,
+)
 from specfleet.preflight import LABEL_PREFLIGHT
 from specfleet.render.manifests import revision
 from specfleet.rollout import ContainerCrash, Observation, PreflightObservation, PreflightState, TrackObservation
@@ -144,7 +152,18 @@ def track_observation(deployment: Raw | None, pods: Iterable[Raw]) -> TrackObser
         and ready >= wanted
     )
     crashes = tuple(crash for p in current_pods for crash in container_crashes(p))
-    return TrackObservation(revision=current, ready=ready, settled=settled, unschedulable=pending, crashes=crashes)
+    serving = [p for p in pods if _is_ready(p)]
+    always_served = bool(serving) and all(
+        p["metadata"].get("labels", {}).get(LABEL_TRAFFIC) == ALWAYS_SERVED for p in serving
+    )
+    return TrackObservation(
+        revision=current,
+        ready=ready,
+        settled=settled,
+        unschedulable=pending,
+        crashes=crashes,
+        always_served=always_served,
+    )
 
 
 def pods_of(pods: Iterable[Raw], name: str, track: Track) -> list[Raw]:
@@ -240,6 +259,7 @@ def observe(
         problems=problems,
         stable=tracks[Track.STABLE],
         canary=tracks[Track.CANARY],
+        holdback=tracks[Track.HOLDBACK],
         commands=commands,
         guarded=guarded,
         routed=routed,

@@ -25,6 +25,18 @@ def z_score(error: float) -> float:
     return _NORMAL.inv_cdf(1 - error)
 
 
+def t_score(error: float, df: float) -> float:
+    """One-sided Student t quantile, P(T > t) = error, by the Cornish-Fisher expansion around the normal's
+    (within 1% of the exact value from 4 degrees of freedom at 99%)."""
+    z = z_score(error)
+    return (
+        z
+        + (z**3 + z) / (4 * df)
+        + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+        + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3)
+    )
+
+
 def wilson_bounds(successes: float, trials: float, z: float) -> tuple[float, float]:
     """Wilson score interval of a binomial proportion (well-behaved near 0 and 1, unlike the Wald interval).
 
@@ -140,6 +152,22 @@ def log_quantile_se(data: Binned, q: float, spread: float = 0.02) -> float:
         return math.inf
     slope = (above - below) / (2 * spread)
     return math.sqrt(q * (1 - q) / n) * slope / estimate
+
+
+def binned_sd(data: Binned) -> float:
+    """Standard deviation of the observations, each taken at its bucket's midpoint (the last finite bound
+    for the +Inf bucket, so a long tail is understated: keep the buckets wide enough to hold it). NaN when empty."""
+    n = data.total
+    if n <= 0:
+        return math.nan
+    points, weights, below, lower = [], [], 0.0, 0.0
+    for bound, cumulative in zip((*data.bounds, math.inf), data.cumulative, strict=True):
+        upper = bound if math.isfinite(bound) else lower
+        points.append((lower + upper) / 2)
+        weights.append(cumulative - below)
+        below, lower = cumulative, upper
+    mean = sum(p * w for p, w in zip(points, weights, strict=True)) / n
+    return math.sqrt(max(0.0, sum(w * (p - mean) ** 2 for p, w in zip(points, weights, strict=True)) / n))
 
 
 def requests_to_bound(q: float, z: float) -> int:

@@ -14,7 +14,7 @@ from kubernetes.dynamic.exceptions import ConflictError
 
 from specfleet.api.status import Phase
 from specfleet.controller.handlers import LEASE_API_VERSION, LeaderElection, Leadership
-from specfleet.controller.metrics import CANARY_WEIGHT, ROLLOUT_PHASE, FleetCollector
+from specfleet.controller.metrics import CANARY_WEIGHT, ROLLOUT_PHASE, SPEEDUP, FleetCollector
 
 
 def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
@@ -231,3 +231,14 @@ def test_fleet_gauges_follow_the_store() -> None:
     weights = {s.labels["specfleet_io_name"]: s.value for s in families[CANARY_WEIGHT].samples}
     assert weights == {"llama": 25.0, "fresh": 0.0}
     assert all(s.labels["namespace"] == "ns" for s in families[CANARY_WEIGHT].samples)
+
+
+def test_the_speedup_over_a_holdback_is_exported_with_its_bounds_and_absent_when_unmeasured() -> None:
+    measured = {"estimate": 1.4, "lower": 1.3, "upper": 1.5, "time": "2026-12-01T00:00:00Z"}
+    objects = [
+        {"metadata": {"namespace": "ns", "name": "llama"}, "status": {"holdback": {"speedup": measured}}},
+        {"metadata": {"namespace": "ns", "name": "plain"}, "status": {"holdback": {"message": "no holdback runs"}}},
+    ]
+    families = {family.name: family for family in FleetCollector(lambda: objects).collect()}
+    samples = {(s.labels["specfleet_io_name"], s.labels["bound"]): s.value for s in families[SPEEDUP].samples}
+    assert samples == {("llama", "estimate"): 1.4, ("llama", "lower"): 1.3, ("llama", "upper"): 1.5}

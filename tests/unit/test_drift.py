@@ -1,6 +1,7 @@
 """Drift after promotion: the pure comparison (on simulated vLLM engines) and the state machine around it."""
 
 import sys
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -44,19 +45,23 @@ def reference_of(evidence: TrackEvidence) -> DriftReference:
         acceptance_alpha=m.acceptance_alpha,
         token_latency_p95_seconds=m.token_latency_p95_seconds,
         requests_per_pod_per_second=m.requests_per_pod_per_second,
+        prompt_tokens_per_request=m.prompt_tokens_per_request,
+        output_tokens_per_request=m.output_tokens_per_request,
     )
 
 
 def test_an_unchanged_fleet_with_noise_never_drifts_for_the_looks_in_a_row_over_30_simulated_minutes() -> None:
     looks = windows({"noise": 0.05}, seed=1, count=31)
     reference = reference_of(looks[0])  # what it measured as a canary
-    verdicts = [drift(SETTINGS, reference, e, GUARDS, 0.99).drifted for e in looks[1:]]
+    checks = [drift(SETTINGS, reference, e, GUARDS, 0.99) for e in looks[1:]]
+    verdicts = [c.drifted for c in checks]
     run = longest = 0
     for verdict in verdicts:
         run = run + 1 if verdict else 0
         longest = max(longest, run)
     assert longest < SETTINGS.looks, verdicts
     assert verdicts.count(False) > len(verdicts) // 2  # and it is mostly judged, not left undecided
+    assert all(c.profile is not None and c.profile.shifted == [] for c in checks)  # the same length mix
 
 
 def test_a_drafter_whose_acceptance_falls_drifts_every_look() -> None:
@@ -79,6 +84,43 @@ def test_at_twice_the_load_latency_is_not_compared_and_the_shift_is_reported() -
     check = drift(SETTINGS, reference, busy, GUARDS, 0.99)
     assert check.drifted is None and check.load_ratio is not None and check.load_ratio > 1.9
     assert any("not comparable" in r for r in check.reasons)
+
+
+def test_a_longer_output_mix_is_a_traffic_shift_and_latency_is_not_compared() -> None:
+    reference = reference_of(windows({}, seed=2, count=1)[0])  # 256 output tokens per request on average
+    for evidence in windows({"output_tokens": 768}, seed=3, count=3, start=600):
+        check = drift(SETTINGS, reference, evidence, GUARDS, 0.99)
+        assert check.profile is not None and check.profile.shifted == ["output"], check
+        assert check.drifted is None and not any("per-token p95" in r for r in check.reasons), check.reasons
+        assert any("output tokens per request" in r and "not comparable" in r for r in check.reasons)
+        assert any("acceptance alpha" in r for r in check.reasons)  # acceptance is still judged
+
+
+def test_a_longer_prompt_mix_slows_every_token_and_is_not_taken_for_drift() -> None:
+    """Four times longer prompts put more prefill into the decoding steps: the p95 rises past the ceiling
+    with an unchanged config. Without the length mix at promotion that reads as drift; with it, it is a shift."""
+    reference = reference_of(windows({}, seed=2, count=1)[0])
+    blind = reference.model_copy(update={"prompt_tokens_per_request": None, "output_tokens_per_request": None})
+    looks = windows({"prompt_tokens": 2048}, seed=3, count=3, start=600)
+    assert any(drift(SETTINGS, blind, e, GUARDS, 0.99).drifted for e in looks)
+    for evidence in looks:
+        check = drift(SETTINGS, reference, evidence, GUARDS, 0.99)
+        assert check.drifted is None and check.profile is not None and check.profile.shifted == ["prompt"], check
+
+
+def test_a_mix_within_the_band_is_recorded_and_latency_is_judged() -> None:
+    reference = reference_of(windows({}, seed=2, count=1)[0])
+    for evidence in windows({"output_tokens": 320}, seed=3, count=3, start=600):  # 1.25x the output tokens
+        check = drift(SETTINGS, reference, evidence, GUARDS, 0.99)
+        assert check.profile is not None and check.profile.shifted == [], check
+        assert check.profile.output_tokens_ratio is not None and check.profile.output_tokens_ratio > 1.1
+        assert check.drifted is False and any("per-token p95" in r for r in check.reasons), check.reasons
+
+
+def test_too_few_requests_give_no_mix() -> None:
+    reference = reference_of(REFERENCE_EVIDENCE)
+    few = mixed(track(seed=8, alpha=0.8, requests=GUARDS.min_requests - 1), prompt=512, output=768)
+    assert drift(SETTINGS, reference, few, GUARDS, 0.99).profile is None
 
 
 # -- the state machine --------------------------------------------------------------------------------------
@@ -106,7 +148,12 @@ def promoted_fleet(**drift_settings: Any) -> Fleet:
     return fleet
 
 
-REFERENCE_EVIDENCE = track(seed=20, alpha=0.8, requests=1500)
+def mixed(evidence: TrackEvidence, *, prompt: float, output: float) -> TrackEvidence:
+    """The evidence with these prompt and output tokens per finished request in vLLM's token counters."""
+    return replace(evidence, prompt_tokens=prompt * evidence.requests, generation_tokens=output * evidence.requests)
+
+
+REFERENCE_EVIDENCE = mixed(track(seed=20, alpha=0.8, requests=1500), prompt=512, output=256)
 
 
 def look(fleet: Fleet, evidence: TrackEvidence) -> None:
@@ -160,3 +207,41 @@ def test_on_drift_rollback_canaries_the_previous_config_and_serves_it_while_the_
     fleet.converge()
     assert fleet.status.stable_revision == canary and fleet.status.phase is Phase.HEALTHY
     assert fleet.step().canary is None  # the spec still says k=2, but the reverted config is served
+
+
+def traffic_shifts(fleet: Fleet, evidence: TrackEvidence) -> list[str]:
+    """One look; the messages of the TrafficShifted events it emitted."""
+    look(fleet, evidence)
+    assert fleet.last is not None
+    return [e.message for e in fleet.last.events if e.reason == "TrafficShifted"]
+
+
+def test_a_shift_of_the_output_mix_is_recorded_and_named_once_per_shift() -> None:
+    fleet = promoted_fleet()
+    fleet.now += timedelta(minutes=2)
+    longer = [traffic_shifts(fleet, mixed(track(seed=s, alpha=0.8), prompt=512, output=768)) for s in (40, 41, 42)]
+    assert len(longer[0]) == 1 and "output tokens per request 768 (3.00x" in longer[0][0], longer
+    assert longer[1:] == [[], []]  # the same shift is not named again
+    drift_status = fleet.status.drift
+    assert drift_status is not None and drift_status.profile is not None
+    assert drift_status.profile.shifted == ["output"] and drift_status.profile.output_tokens_ratio == 3.0
+    assert drift_status.profile.prompt_tokens_ratio == 1.0
+    assert "not comparable" in drift_status.message and "per-token p95" not in drift_status.message
+    assert paying(fleet) is None  # a shifted mix with alpha as promoted counts for neither
+    assert traffic_shifts(fleet, track(seed=43, alpha=0.8, requests=50)) == []  # too few: the last mix stays
+    assert fleet.status.drift is not None and fleet.status.drift.profile == drift_status.profile
+    assert traffic_shifts(fleet, mixed(track(seed=44, alpha=0.8), prompt=512, output=260)) == []  # back
+    assert fleet.status.drift is not None and fleet.status.drift.profile is not None
+    assert fleet.status.drift.profile.shifted == []
+    again = traffic_shifts(fleet, mixed(track(seed=45, alpha=0.8), prompt=1024, output=768))
+    assert len(again) == 1 and "prompt tokens per request 1024" in again[0] and "output tokens" in again[0]
+
+
+def test_a_mix_within_the_band_emits_nothing_and_latency_is_judged() -> None:
+    fleet = promoted_fleet()
+    fleet.now += timedelta(minutes=2)
+    for seed in (50, 51):
+        assert traffic_shifts(fleet, mixed(track(seed=seed, alpha=0.8), prompt=600, output=320)) == []
+    assert fleet.status.drift is not None and fleet.status.drift.profile is not None
+    assert fleet.status.drift.profile.shifted == [] and "per-token p95" in fleet.status.drift.message
+    assert paying(fleet) is ConditionStatus.TRUE

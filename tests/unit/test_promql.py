@@ -47,6 +47,7 @@ def test_finished_requests_are_split_by_reason_and_load_by_pod() -> None:
 
 def test_alert_rules_are_well_formed() -> None:
     assert {r["alert"] for r in RULES} == {
+        "SpecfleetSpeculationNotPaying",
         "SpecfleetLowAcceptanceAlpha",
         "SpecfleetLowAcceptanceRate",
         "SpecfleetCanaryTokenLatencyWorseThanStable",
@@ -55,6 +56,8 @@ def test_alert_rules_are_well_formed() -> None:
     assert alpha["for"] == "5m" and '{position="0"}' in str(alpha["expr"]) and "< 0.6" in str(alpha["expr"])
     latency = next(r for r in RULES if r["alert"] == "SpecfleetCanaryTokenLatencyWorseThanStable")
     assert "request_time_per_output_token" in str(latency["expr"])
+    paying = next(r for r in RULES if r["alert"] == "SpecfleetSpeculationNotPaying")
+    assert str(paying["expr"]) == "specfleet_speculation_paying == 0"
 
 
 def test_queue_kv_and_preemptions_are_read_from_vllms_own_series() -> None:

@@ -41,6 +41,7 @@ class Fleet:
         self.guarded = guarded
         self.stable = TrackObservation()
         self.canary = TrackObservation()
+        self.holdback = TrackObservation()
         self.events: list[str] = []
         self.last: Decision | None = None
 
@@ -51,6 +52,7 @@ class Fleet:
             desired_revision=revision(self.spec),
             stable=self.stable,
             canary=self.canary,
+            holdback=self.holdback,
             commands=dict(self.commands),
             analysis=analysis,
             guarded=self.guarded,
@@ -74,7 +76,15 @@ class Fleet:
         """Let the Deployments reach what the decision asked for, then decide again."""
         decision = self.last or self.step()
         if decision.stable:
-            self.stable = TrackObservation(decision.stable.revision, decision.stable.replicas, settled=True)
+            always = decision.holdback is not None  # stable's pods carry the always-served label then
+            self.stable = TrackObservation(
+                decision.stable.revision, decision.stable.replicas, settled=True, always_served=always
+            )
+        self.holdback = (
+            TrackObservation(decision.holdback.revision, decision.holdback.replicas, settled=True, always_served=True)
+            if decision.holdback
+            else TrackObservation()
+        )
         self.canary = (
             TrackObservation(decision.canary.revision, decision.canary.replicas, settled=True)
             if decision.canary

@@ -567,6 +567,30 @@ class DriftSpec(ApiModel):
     the spec is unchanged."""
 
 
+class HoldbackReference(StrEnum):
+    NO_SPECULATION = "NoSpeculation"
+    PREVIOUS_STABLE = "PreviousStable"
+
+
+class HoldbackSpec(ApiModel):
+    """A live control group: a few replicas keep serving a reference config after promotion, beside stable.
+
+    The holdback's pods (`<name>-holdback`) take their share of traffic like any replica (one Service, or
+    their own backend of the HTTPRoute) and are measured with stable every `analysis.window` while Healthy:
+    status.holdback.speedup is stable's per-token latency benefit over them, with its confidence bounds,
+    at the same load and the same prompts. The cost: those replicas serve without what the current config
+    buys (see docs/holdback.md). Enabling or disabling it rolls stable's pods once (a label), never a canary.
+    """
+
+    replicas: Annotated[int, Field(ge=1, le=1000)] = 1
+    """Replicas kept on the reference, out of `replicas` (stable keeps at least one: with `replicas` not
+    above this, no holdback runs and status says why)."""
+    reference: HoldbackReference = HoldbackReference.NO_SPECULATION
+    """`NoSpeculation`: stable's config without speculation (the speed-up speculation buys). `PreviousStable`:
+    what stable served before its last promotion (the speed-up of the last change); no speculation until a
+    promotion has happened."""
+
+
 class HTTPRouteRef(ApiModel):
     """A Gateway API HTTPRoute whose backend weights specfleet sets."""
 
@@ -597,6 +621,8 @@ class RolloutSpec(ApiModel):
     """Revisions kept in status.history."""
     drift: DriftSpec | None = None
     """Optional: keep measuring after promotion and flag (or roll back) a config that stopped paying."""
+    holdback: HoldbackSpec | None = None
+    """Optional: keep a control group on a reference config after promotion and measure the speed-up live."""
 
     rules = (
         Rule(
@@ -667,6 +693,17 @@ class SpeculativeDeploymentSpec(ApiModel):
         """This spec, serving what `serving` describes (how the stable track is rendered during a canary)."""
         current = self.model_dump(mode="json", by_alias=True, exclude_none=True)
         return SpeculativeDeploymentSpec.model_validate({**current, **serving})
+
+    @property
+    def holdback_replicas(self) -> int:
+        """Replicas on the holdback's reference config: `rollout.holdback.replicas` while stable keeps one."""
+        holdback = self.rollout.holdback
+        return holdback.replicas if holdback is not None and self.replicas > holdback.replicas else 0
+
+    @property
+    def main_replicas(self) -> int:
+        """Replicas that serve the fleet's own config (stable, and the canary's share of them)."""
+        return self.replicas - self.holdback_replicas
 
     @property
     def candidates(self) -> list[Candidate]:

@@ -102,6 +102,10 @@ class Measurements(ApiModel):
     """Tokens drafted in the evidence range (the sample size behind the acceptance measures)."""
     requests: float | None = None
     """Requests finished in the evidence range (the sample size behind latency and errors)."""
+    prompt_tokens_per_request: float | None = None
+    """Prompt tokens per finished request (`vllm:prompt_tokens_total` / finished requests): the prompt mix."""
+    output_tokens_per_request: float | None = None
+    """Output tokens per finished request (`vllm:generation_tokens_total` / finished requests): the output mix."""
 
 
 class Analysis(ApiModel):
@@ -251,6 +255,26 @@ class DriftReference(ApiModel):
     acceptance_alpha: float | None = None
     token_latency_p95_seconds: float | None = None
     requests_per_pod_per_second: float | None = None
+    prompt_tokens_per_request: float | None = None
+    """Prompt tokens per finished request in that analysis: the length mix latency is compared at. Unset
+    when the analysis had fewer than `guardrails.minRequests` requests."""
+    output_tokens_per_request: float | None = None
+    """Output tokens per finished request in that analysis (unset likewise)."""
+
+
+class TrafficProfile(ApiModel):
+    """The length mix of the last look that could estimate it, against the mix at promotion."""
+
+    prompt_tokens_per_request: float | None = None
+    """Prompt tokens per finished request over the window (`vllm:prompt_tokens_total` / finished requests)."""
+    output_tokens_per_request: float | None = None
+    """Output tokens per finished request over the window (`vllm:generation_tokens_total` / finished)."""
+    prompt_tokens_ratio: float | None = None
+    """Prompt tokens per finished request now / at promotion."""
+    output_tokens_ratio: float | None = None
+    """Output tokens per finished request now / at promotion."""
+    shifted: Annotated[list[Annotated[str, Field(max_length=16)]], Field(max_length=2)] = []
+    """What is outside the comparable band (`prompt`, `output`): per-token latency is then not compared."""
 
 
 class DriftStatus(ApiModel):
@@ -265,6 +289,8 @@ class DriftStatus(ApiModel):
     """The last look's comparison, with the numbers."""
     load_ratio: float | None = None
     """The last look's per-pod load / the load at promotion: far from 1 is a traffic shift."""
+    profile: TrafficProfile | None = None
+    """The prompt/output length mix against promotion's: far from 1 is a traffic shift too."""
     previous: ServingSnapshot | None = None
     """What stable served before this revision was promoted: the config `onDrift: Rollback` returns to."""
     revert: TunedConfig | None = None
@@ -284,6 +310,39 @@ class PreflightStatus(ApiModel):
 class TrackReplicas(ApiModel):
     stable: int = 0
     canary: int = 0
+    holdback: int = 0
+
+
+class Speedup(ApiModel):
+    """Stable against the holdback over one window: the benefit of the serving config over the reference."""
+
+    time: datetime
+    estimate: float | None = None
+    """Holdback mean per-token latency / stable's: 1.3 = stable's tokens come 30% faster (None: unmeasured)."""
+    lower: float | None = None
+    """Lower confidence bound (at `analysis.confidence`, this window alone)."""
+    upper: float | None = None
+    stable_token_latency_mean_seconds: float | None = None
+    holdback_token_latency_mean_seconds: float | None = None
+    throughput_ratio: float | None = None
+    """Stable's output tokens/s per pod / the holdback's (about 1 while both keep up with the same load)."""
+    load_ratio: float | None = None
+    """Stable's per-pod request rate / the holdback's: the split is fair when near 1."""
+    message: ShortText = ""
+
+
+class HoldbackStatus(ApiModel):
+    """The control group (with `rollout.holdback`): what it serves and the speed-up measured against it."""
+
+    revision: Annotated[str, Field(max_length=63)] | None = None
+    summary: ShortText = ""
+    """The reference config in a few words."""
+    serving: ServingSnapshot | None = None
+    """With `reference: PreviousStable`: what stable served before its last promotion."""
+    message: ShortText = ""
+    """Why no holdback runs, or how its traffic is split."""
+    speedup: Speedup | None = None
+    """The last window's measurement (while Healthy)."""
 
 
 class SpeculativeDeploymentStatus(ApiModel):
@@ -347,6 +406,8 @@ class SpeculativeDeploymentStatus(ApiModel):
     """The last preflight check of a canary's new drafter."""
     drift: DriftStatus | None = None
     """Drift of the serving revision since its promotion (with `rollout.drift`)."""
+    holdback: HoldbackStatus | None = None
+    """The control group and the measured speed-up over it (with `rollout.holdback`)."""
     auto_tune: AutoTuneStatus | None = None
     """Load points and the proposed batch-size schedule of the depth (with `spec.autoTune`)."""
     acknowledged_commands: Annotated[dict[str, Annotated[str, Field(max_length=256)]], Field(max_length=8)] = {}

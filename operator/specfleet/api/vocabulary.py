@@ -10,6 +10,10 @@ from enum import StrEnum
 LABEL_NAME = "specfleet.io/name"
 LABEL_TRACK = "specfleet.io/track"
 LABEL_REVISION = "specfleet.io/revision"
+LABEL_TRAFFIC = "specfleet.io/traffic"
+"""`always` on the pods that take traffic whatever the canary does (stable and holdback, with a holdback):
+the fleet Service selects them while the canary has none (a Service selector cannot say stable OR holdback)."""
+ALWAYS_SERVED = "always"
 FIELD_MANAGER = "specfleet"
 COMMAND_PREFIX = "specfleet.io/"
 PROMOTE_FULL = "full"
@@ -21,6 +25,7 @@ COMMAND_TARGET = re.compile(r"\brevision=([A-Za-z0-9.-]+)")
 class Track(StrEnum):
     STABLE = "stable"
     CANARY = "canary"
+    HOLDBACK = "holdback"
 
 
 class Command(StrEnum):

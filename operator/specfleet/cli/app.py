@@ -39,6 +39,7 @@ class TrackName(StrEnum):
 
     STABLE = "stable"
     CANARY = "canary"
+    HOLDBACK = "holdback"
 
 
 SIM_SUMMARY = (

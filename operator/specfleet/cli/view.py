@@ -193,6 +193,11 @@ def render_status(obj: dict[str, Any]) -> Group:
     if status.get("canaryRevision"):
         header.add_row("Canary", f"{status['canaryRevision']}  ({ready.get('canary', 0)} ready)")
         header.add_row("Step", f"{_step(obj)}  weight {status.get('canaryWeight', 0)}%")
+    holdback = status.get("holdback") or {}
+    if holdback.get("revision"):
+        header.add_row("Holdback", f"{holdback['revision']}  ({ready.get('holdback', 0)} ready)  {holdback['summary']}")
+    if holdback.get("revision") or holdback.get("message"):
+        header.add_row("Speed-up", _speedup(holdback))
     for condition in status.get("conditions", []):
         if condition.get("status") != "True" or condition.get("type") == "Progressing":
             header.add_row(
@@ -252,6 +257,17 @@ def render_status(obj: dict[str, Any]) -> Group:
     if status.get("history"):
         parts.append(history_table(status["history"][-5:]))
     return Group(*parts)
+
+
+def _speedup(holdback: dict[str, Any]) -> str:
+    """Stable's speed-up over the holdback with its bounds, or why there is none yet."""
+    measured = holdback.get("speedup") or {}
+    if measured.get("estimate") is None:
+        return measured.get("message") or holdback.get("message") or "not measured yet"
+    text = f"{measured['estimate']:.3f}x ({measured['lower']:.3f}-{measured['upper']:.3f})"
+    if measured.get("throughputRatio") is not None:
+        text += f", output tokens/s per pod x{measured['throughputRatio']:.2f}"
+    return f"{text} at {measured['time']}"
 
 
 def experiment_table(experiment: dict[str, Any]) -> Table:

@@ -1,6 +1,7 @@
 """One analysis of a live canary: read both tracks' evidence from Prometheus, then let the pure judge decide."""
 
 import math
+from dataclasses import replace
 from datetime import datetime
 
 from specfleet.api.durations import parse_duration
@@ -9,13 +10,15 @@ from specfleet.api.spec import SpeculativeMethod
 from specfleet.api.status import Analysis, SpeculativeDeploymentStatus, Verdict
 from specfleet.controller.metrics import ANALYSES, ANALYSIS_SECONDS
 from specfleet.judge import TrackEvidence, judge, measurements
-from specfleet.metrics import promql
+from specfleet.metrics import names, promql
 from specfleet.metrics.prometheus import MetricsProvider, ProviderError
 from specfleet.rollout.state import served_spec
 from specfleet.rollout.types import FleetLook
 from specfleet.stats import Binned
 
 MAX_REASON = 1000
+SLICES = 6
+"""Slices of a fleet look's window whose means bound the speed-up over a holdback (batch means)."""
 
 
 def _number(text: str) -> float | None:
@@ -115,17 +118,36 @@ def analyze(
     )
 
 
+def _slices(provider: MetricsProvider, selector: promql.TrackSelector, seconds: float, at: float) -> tuple[float, ...]:
+    """The mean per-token latency over each of SLICES consecutive slices of the window (oldest first)."""
+    width = seconds / SLICES
+    query = promql.histogram_mean(names.TIME_PER_OUTPUT_TOKEN, selector, promql.seconds(width))
+    means = [provider.scalar(query, at - i * width) for i in reversed(range(SLICES))]
+    return tuple(m for m in means if m is not None and math.isfinite(m))
+
+
 def measure_fleet(
     provider: MetricsProvider, sdep: SpeculativeDeployment, status: SpeculativeDeploymentStatus, now: datetime
 ) -> FleetLook:
-    """Blocking: the stable track over the last analysis window, while the fleet is Healthy (load points,
-    drift)."""
+    """Blocking: the stable track (and the holdback) over the last analysis window, while the fleet is Healthy
+    (speed-up, load points, drift)."""
     assert status.stable_revision is not None
     meta = sdep.metadata
     seconds = parse_duration(sdep.spec.rollout.analysis.window).total_seconds()
     stable = promql.TrackSelector(meta.namespace, meta.name, "stable", status.stable_revision)
+    holdback = status.holdback.revision if status.holdback else None
+    at = now.timestamp()
     try:
-        found = evidence(provider, stable, seconds, now.timestamp())
+        found = evidence(provider, stable, seconds, at)
+        control = None
+        if holdback is not None:
+            selector = promql.TrackSelector(meta.namespace, meta.name, "holdback", holdback)
+            control = replace(
+                evidence(provider, selector, seconds, at), token_latency_slices=_slices(provider, selector, seconds, at)
+            )
+            found = replace(found, token_latency_slices=_slices(provider, stable, seconds, at))
     except ProviderError as error:
         return FleetLook(time=now, revision=status.stable_revision, error=str(error)[:MAX_REASON])
-    return FleetLook(time=now, revision=status.stable_revision, stable=measurements(found), evidence=found)
+    return FleetLook(
+        time=now, revision=status.stable_revision, stable=measurements(found), evidence=found, holdback=control
+    )

@@ -23,6 +23,7 @@ ANALYSIS_DURATION = "specfleet_analysis_duration_seconds"
 ROLLOUT_PHASE = "specfleet_rollout_phase"
 CANARY_WEIGHT = "specfleet_canary_weight"
 SPECULATION_PAYING = "specfleet_speculation_paying"
+SPEEDUP = "specfleet_speedup"
 LEADING = "specfleet_leader"
 
 API_REQUESTS = Counter(
@@ -37,7 +38,8 @@ LEADER = Gauge(LEADING, "1 while this replica runs the reconcile workers (it hol
 
 
 class FleetCollector(Collector):
-    """`specfleet_rollout_phase` (1 for the current phase, 0 for the others) and `specfleet_canary_weight`.
+    """`specfleet_rollout_phase` (1 for the current phase, 0 for the others), `specfleet_canary_weight`,
+    `specfleet_speculation_paying` and `specfleet_speedup`.
 
     Labelled like the vLLM pods' series (`namespace`, `specfleet_io_name`), so dashboards can put the
     rollout next to the acceptance rate. `objects` is called from the metrics server's thread: it must
@@ -56,6 +58,11 @@ class FleetCollector(Collector):
             "1 while the serving revision measures as it did at promotion, 0 once it drifted (rollout.drift)",
             labels=keys,
         )
+        speedup = GaugeMetricFamily(
+            SPEEDUP,
+            "Stable's per-token speed-up over the holdback (rollout.holdback), last window: estimate and bounds",
+            labels=[*keys, "bound"],
+        )
         for obj in self._objects():
             meta, status = obj.get("metadata") or {}, obj.get("status") or {}
             key = [meta.get("namespace", ""), meta.get("name", "")]
@@ -68,6 +75,11 @@ class FleetCollector(Collector):
             )
             if condition.get("status") in ("True", "False"):
                 paying.add_metric(key, 1.0 if condition["status"] == "True" else 0.0)
+            measured = (status.get("holdback") or {}).get("speedup") or {}
+            for bound in ("estimate", "lower", "upper"):
+                if isinstance(measured.get(bound), int | float):
+                    speedup.add_metric([*key, bound], float(measured[bound]))
         yield phase
         yield weight
         yield paying
+        yield speedup

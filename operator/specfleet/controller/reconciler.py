@@ -24,7 +24,7 @@ from urllib3.exceptions import HTTPError
 
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.status import Analysis, SpeculativeDeploymentStatus, Verdict
-from specfleet.api.vocabulary import LABEL_TRACK, Track
+from specfleet.api.vocabulary import LABEL_TRACK, LABEL_TRAFFIC, Track
 from specfleet.controller.analysis import analyze, measure_fleet
 from specfleet.controller.kube import Kube, SecretError
 from specfleet.controller.metrics import RECONCILE_SECONDS, RECONCILES, TRANSITIONS
@@ -197,8 +197,9 @@ class Reconciler:
         wanted = [] if decision.hold_children else [stamped(m) for m in self._desired_children(sdep, decision)]
         applied: set[str] = set()
         if not decision.hold_children and not decision.canary_traffic:
-            if self._routed(sdep):
-                self._set_route_weights(sdep, 0)  # traffic back to stable before any canary object goes
+            if self._routed(sdep):  # traffic back to stable before any canary object goes
+                holdback_service = children.get("Service", {}).get(child_name(sdep, Track.HOLDBACK))
+                self._set_route_weights(sdep, 0, decision.holdback_weight if holdback_service else 0)
             fleet = next(m for m in wanted if m["kind"] == "Service" and m["metadata"]["name"] == sdep.metadata.name)
             self._ensure(key, sdep, fleet, children.get("Service", {}).get(sdep.metadata.name))
             applied.add(sdep.metadata.name)
@@ -208,8 +209,8 @@ class Reconciler:
                 name = manifest["metadata"]["name"]
                 if not (manifest["kind"] == "Service" and name in applied):
                     self._ensure(key, sdep, manifest, children.get(manifest["kind"], {}).get(name))
-            if self._routed(sdep) and decision.route_weight > 0:
-                self._set_route_weights(sdep, decision.route_weight)  # canary Service exists by now
+            if self._routed(sdep) and (decision.route_weight > 0 or decision.holdback_weight > 0):
+                self._set_route_weights(sdep, decision.route_weight, decision.holdback_weight)  # Services exist
             keep = {(m["kind"], m["metadata"]["name"]) for m in wanted}
             if decision.keep_canary or self._canary_still_selected(sdep, children):
                 keep |= {("Deployment", child_name(sdep, Track.CANARY)), ("Service", child_name(sdep, Track.CANARY))}
@@ -231,7 +232,8 @@ class Reconciler:
         between, e.g. a restart, pods that may still receive traffic are never deleted)."""
         observed = children.get("Service", {}).get(child_name(sdep, None))
         selector = (observed or {}).get("spec", {}).get("selector") or {}
-        return observed is not None and LABEL_TRACK not in selector and not self._routed(sdep)
+        narrowed = LABEL_TRACK in selector or LABEL_TRAFFIC in selector  # stable (and the holdback) alone
+        return observed is not None and not narrowed and not self._routed(sdep)
 
     def _routed(self, sdep: SpeculativeDeployment) -> bool:
         """Whether traffic is split by an HTTPRoute (named in the spec, and its CRD installed)."""
@@ -239,17 +241,19 @@ class Reconciler:
         return bool(routing and routing.http_route) and self.kube.has_kind(HTTPROUTE_API_VERSION, "HTTPRoute")
 
     def _desired_children(self, sdep: SpeculativeDeployment, decision: Decision) -> list[Manifest]:
-        children = [service(sdep, canary_traffic=decision.canary_traffic)]
+        children = [service(sdep, canary_traffic=decision.canary_traffic, holdback_traffic=decision.holdback_traffic)]
         routed = self._routed(sdep)
-        for track, target in ((Track.STABLE, decision.stable), (Track.CANARY, decision.canary)):
+        tracks = ((Track.STABLE, decision.stable), (Track.CANARY, decision.canary), (Track.HOLDBACK, decision.holdback))
+        for track, target in tracks:
             if target is not None:
                 serving = sdep.model_copy(update={"spec": sdep.spec.with_serving(target.serving)})
-                children.append(deployment(serving, track, target.revision, target.replicas))
+                always = track is Track.HOLDBACK or (track is Track.STABLE and decision.holdback is not None)
+                children.append(deployment(serving, track, target.revision, target.replicas, always_served=always))
                 if routed:
                     children.append(service(sdep, track))
         return children
 
-    def _set_route_weights(self, sdep: SpeculativeDeployment, weight: int) -> None:
+    def _set_route_weights(self, sdep: SpeculativeDeployment, weight: int, holdback_weight: int = 0) -> None:
         """Set the fleet's backend weights on the user's HTTPRoute (only those; the route stays theirs)."""
         ref = sdep.spec.rollout.traffic_routing.http_route  # type: ignore[union-attr]
         namespace = ref.namespace or sdep.metadata.namespace
@@ -260,7 +264,7 @@ class Reconciler:
             )
             return
         rules = route.get("spec", {}).get("rules") or []
-        wanted = route_rules(sdep, rules, weight)
+        wanted = route_rules(sdep, rules, weight, holdback_weight)
         if wanted != rules:
             body = {"metadata": {"resourceVersion": route["metadata"]["resourceVersion"]}, "spec": {"rules": wanted}}
             self.kube.merge_patch(HTTPROUTE_API_VERSION, "HTTPRoute", namespace, ref.name, body)

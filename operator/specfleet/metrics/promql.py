@@ -102,6 +102,7 @@ COUNTERS = {
     "draft_tokens": names.DRAFT_TOKENS,
     "accepted_tokens": names.ACCEPTED_TOKENS,
     "generation_tokens": names.GENERATION_TOKENS,
+    "prompt_tokens": names.PROMPT_TOKENS,
     "preemptions": names.NUM_PREEMPTIONS,
 }
 """Evidence field -> counter whose increase over the range the judge reads."""

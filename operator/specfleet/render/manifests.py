@@ -12,8 +12,16 @@ from typing import Any
 
 from specfleet.api.durations import parse_duration
 from specfleet.api.resource import API_VERSION, KIND, SpeculativeDeployment
-from specfleet.api.spec import SpeculativeDeploymentSpec
-from specfleet.api.vocabulary import FIELD_MANAGER, LABEL_NAME, LABEL_REVISION, LABEL_TRACK, Track
+from specfleet.api.spec import SpeculativeDeploymentSpec, SpeculativeMethod, SpeculativeSpec
+from specfleet.api.vocabulary import (
+    ALWAYS_SERVED,
+    FIELD_MANAGER,
+    LABEL_NAME,
+    LABEL_REVISION,
+    LABEL_TRACK,
+    LABEL_TRAFFIC,
+    Track,
+)
 from specfleet.hardware import NODE_FEATURE_LABEL, PRODUCT_NAME_LABEL
 from specfleet.render.argv import VLLM_PORT, vllm_argv
 
@@ -154,7 +162,13 @@ def _volumes(spec: SpeculativeDeploymentSpec) -> list[Manifest]:
     ]
 
 
-def pod_template(sdep: SpeculativeDeployment, track: Track, rev: str) -> Manifest:
+def pod_labels(sdep: SpeculativeDeployment, track: Track, rev: str, always_served: bool = False) -> dict[str, str]:
+    """A track's pod labels; `always_served` marks pods the fleet Service keeps while the canary has no traffic."""
+    labels = {**_common_labels(sdep), **selector_labels(sdep, track), LABEL_REVISION: rev}
+    return {**labels, LABEL_TRAFFIC: ALWAYS_SERVED} if always_served else labels
+
+
+def pod_template(sdep: SpeculativeDeployment, track: Track, rev: str, always_served: bool = False) -> Manifest:
     spec = sdep.spec
     gpus = {spec.accelerator.resource_name: str(spec.gpus_per_replica)}
     argv = vllm_argv(spec)
@@ -193,7 +207,7 @@ def pod_template(sdep: SpeculativeDeployment, track: Track, rev: str) -> Manifes
     affinity = node_affinity(spec)
     if affinity:
         pod_spec["affinity"] = affinity
-    labels = {**_common_labels(sdep), **selector_labels(sdep, track), LABEL_REVISION: rev}
+    labels = pod_labels(sdep, track, rev, always_served)
     annotations = {
         "prometheus.io/scrape": "true",
         "prometheus.io/port": str(VLLM_PORT),
@@ -202,7 +216,9 @@ def pod_template(sdep: SpeculativeDeployment, track: Track, rev: str) -> Manifes
     return {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod_spec}
 
 
-def deployment(sdep: SpeculativeDeployment, track: Track, rev: str, replicas: int) -> Manifest:
+def deployment(
+    sdep: SpeculativeDeployment, track: Track, rev: str, replicas: int, *, always_served: bool = False
+) -> Manifest:
     """One track's Deployment. Its selector leaves out the revision, so promotion can change it in place."""
     labels = {**_common_labels(sdep), **selector_labels(sdep, track), LABEL_REVISION: rev}
     deadline = int(parse_duration(sdep.spec.rollout.progress_deadline).total_seconds())
@@ -216,20 +232,28 @@ def deployment(sdep: SpeculativeDeployment, track: Track, rev: str, replicas: in
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "revisionHistoryLimit": 2,
             "progressDeadlineSeconds": deadline,
-            "template": pod_template(sdep, track, rev),
+            "template": pod_template(sdep, track, rev, always_served),
         },
     }
 
 
-def service(sdep: SpeculativeDeployment, track: Track | None = None, *, canary_traffic: bool = True) -> Manifest:
+def service(
+    sdep: SpeculativeDeployment,
+    track: Track | None = None,
+    *,
+    canary_traffic: bool = True,
+    holdback_traffic: bool = False,
+) -> Manifest:
     """The fleet's Service, or one track's (for route weights).
 
-    The fleet Service splits traffic by Ready replicas across both tracks; without canary traffic it
-    selects the stable track alone, which is how an abort takes traffic away before the canary goes.
+    The fleet Service splits traffic by Ready replicas across every track; without canary traffic it
+    selects the stable track alone (with `holdback_traffic`, the pods labelled always-served: stable's and
+    the holdback's), which is how an abort takes traffic away before the canary goes.
     """
     selector = selector_labels(sdep, track)
     if track is None and not canary_traffic:
-        selector = selector_labels(sdep, Track.STABLE)
+        always = {**selector_labels(sdep), LABEL_TRAFFIC: ALWAYS_SERVED}
+        selector = always if holdback_traffic else selector_labels(sdep, Track.STABLE)
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -250,35 +274,48 @@ def canary_replicas(total: int, weight: int) -> int:
 
 
 def render(sdep: SpeculativeDeployment, track: Track = Track.STABLE) -> list[Manifest]:
-    """Everything one track needs, as `specfleet render` prints it: Service(s) and the Deployment."""
-    rev = revision(sdep.spec)
-    if track is Track.STABLE:
-        replicas = sdep.spec.replicas
-    else:
-        replicas = canary_replicas(sdep.spec.replicas, sdep.spec.rollout.steps[0].weight)
-    return [service(sdep), service(sdep, track), deployment(sdep, track, rev, replicas)]
+    """Everything one track needs, as `specfleet render` prints it: Service(s) and the Deployment.
 
-
-def route_rules(sdep: SpeculativeDeployment, rules: list[dict[str, Any]], canary_weight: int) -> list[dict[str, Any]]:
-    """An HTTPRoute's rules with the fleet's backend weights set: stable 100 - w, canary w.
-
-    Only backendRefs to this fleet's track Services are touched; a rule that sends to the stable
-    Service gains a canary ref while the canary takes traffic and loses it afterwards.
+    The holdback is rendered on its `NoSpeculation` reference (a `PreviousStable` one needs the fleet's
+    status, which only the operator has).
     """
-    stable_name, canary_name = child_name(sdep, Track.STABLE), child_name(sdep, Track.CANARY)
+    spec, always = sdep.spec, sdep.spec.holdback_replicas > 0
+    if track is Track.HOLDBACK:
+        control = spec.model_copy(
+            update={"speculative": SpeculativeSpec(method=SpeculativeMethod.NONE), "auto_tune": None}
+        )
+        shown = sdep.model_copy(update={"spec": control})
+        held = deployment(shown, track, revision(control), max(1, spec.holdback_replicas), always_served=True)
+        return [service(sdep), service(sdep, track), held]
+    if track is Track.STABLE:
+        replicas = spec.main_replicas
+    else:
+        replicas = canary_replicas(spec.main_replicas, spec.rollout.steps[0].weight)
+    rendered = deployment(sdep, track, revision(spec), replicas, always_served=always and track is Track.STABLE)
+    return [service(sdep), service(sdep, track), rendered]
+
+
+def route_rules(
+    sdep: SpeculativeDeployment, rules: list[dict[str, Any]], canary_weight: int, holdback_weight: int = 0
+) -> list[dict[str, Any]]:
+    """An HTTPRoute's rules with the fleet's backend weights set: canary w, holdback h, stable the rest.
+
+    Only backendRefs to this fleet's track Services are touched; a rule that sends to the stable Service
+    gains a canary (holdback) ref while that track takes traffic and loses it afterwards.
+    """
+    names = {track: child_name(sdep, track) for track in Track}
+    weights = {Track.CANARY: canary_weight, Track.HOLDBACK: min(holdback_weight, 100 - canary_weight)}
     updated = []
     for rule in rules:
         refs = [dict(ref) for ref in rule.get("backendRefs") or []]
         stable_refs = [
-            ref for ref in refs if ref.get("name") == stable_name and ref.get("kind", "Service") == "Service"
+            ref for ref in refs if ref.get("name") == names[Track.STABLE] and ref.get("kind", "Service") == "Service"
         ]
         if not stable_refs:
             updated.append(rule)
             continue
-        others = [ref for ref in refs if ref.get("name") not in (stable_name, canary_name)]
-        stable = {**stable_refs[0], "weight": 100 - canary_weight}
-        mine = [stable]
-        if canary_weight > 0:
-            mine.append({**stable_refs[0], "name": canary_name, "weight": canary_weight})
+        others = [ref for ref in refs if ref.get("name") not in names.values()]
+        mine = [{**stable_refs[0], "weight": 100 - sum(weights.values())}]
+        mine += [{**stable_refs[0], "name": names[t], "weight": w} for t, w in weights.items() if w > 0]
         updated.append({**rule, "backendRefs": others + mine})
     return updated

@@ -163,7 +163,7 @@ def _fail_on_crashes(p: Pass) -> Pass:
 
 def _wanted(p: Pass) -> int:
     """The current step's canary replicas."""
-    return canary_replicas(p.spec.replicas, p.spec.rollout.steps[p.status.current_step or 0].weight)
+    return canary_replicas(p.spec.main_replicas, p.spec.rollout.steps[p.status.current_step or 0].weight)
 
 
 def _wait_for_canary(p: Pass) -> Pass:

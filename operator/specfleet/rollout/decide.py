@@ -14,6 +14,7 @@ from specfleet.autotune.candidates import base_spec
 from specfleet.render.manifests import canary_replicas, revision
 from specfleet.rollout.canary import progress_canary, start_canary
 from specfleet.rollout.experiment import run_experiment
+from specfleet.rollout.holdback import holdback_target, holdback_weight, keep_holdback
 from specfleet.rollout.lifecycle import drain, retire_canary
 from specfleet.rollout.state import Pass
 from specfleet.rollout.tuning import look_at_fleet, tuned_revision
@@ -37,7 +38,7 @@ def decide(spec: SpeculativeDeploymentSpec, status: SpeculativeDeploymentStatus,
         p = run_experiment(p, desired)
     else:
         p = progress_canary(start_canary(p, desired) if p.status.canary_revision != desired else p)
-    return _finish(_drop_stale_commands(drain(p)))
+    return _finish(_drop_stale_commands(keep_holdback(drain(p))))
 
 
 def _guarded_condition(p: Pass) -> Pass:
@@ -141,7 +142,7 @@ def _serve_in_place(p: Pass) -> Pass:
         )
     elif canary == stable_revision:
         stable = p.obs.stable
-        if stable.revision == stable_revision and stable.settled and stable.ready >= p.spec.replicas:
+        if stable.revision == stable_revision and stable.settled and stable.ready >= p.spec.main_replicas:
             p = retire_canary(p.with_event("PromotionComplete", f"every stable replica serves {stable_revision}"))
         else:
             p = _promotion_deadline(p.but(canary_traffic=True))
@@ -149,14 +150,14 @@ def _serve_in_place(p: Pass) -> Pass:
                 return p
     if p.status.canary_revision is not None:
         return p.in_phase(Phase.PROGRESSING, True, "Promoting", f"stable rolling to {stable_revision}")
-    if p.obs.stable.ready >= p.spec.replicas:
+    if p.obs.stable.ready >= p.spec.main_replicas:
         return look_at_fleet(p.in_phase(Phase.HEALTHY, True, "RolloutComplete", f"serving {stable_revision}"))
     reason = p.obs.stable.unschedulable
     return p.in_phase(
         Phase.PENDING if _never_available(p) else Phase.PROGRESSING,
         True,
         "Unschedulable" if reason else "ReplicasStarting",
-        reason or f"{p.obs.stable.ready}/{p.spec.replicas} replicas ready",
+        reason or f"{p.obs.stable.ready}/{p.spec.main_replicas} replicas ready",
     )
 
 
@@ -171,7 +172,7 @@ def _promotion_deadline(p: Pass) -> Pass:
     said = any(
         c.type == ConditionType.PROGRESSING and c.reason == "ProgressDeadlineExceeded" for c in p.status.conditions
     )
-    detail = p.obs.stable.unschedulable or f"{p.obs.stable.ready}/{p.spec.replicas} stable replicas ready"
+    detail = p.obs.stable.unschedulable or f"{p.obs.stable.ready}/{p.spec.main_replicas} stable replicas ready"
     message = f"stable not rolled to {p.status.stable_revision} within {p.spec.rollout.progress_deadline}: {detail}"
     p = p.in_phase(Phase.DEGRADED, False, "ProgressDeadlineExceeded", message).but(decided=True)
     return p if said else p.with_event("PromotionStalled", message, warning=True)
@@ -201,16 +202,19 @@ def _with_replica_counts(p: Pass) -> Pass:
     obs = p.obs
     has_canary = p.status.canary_revision is not None or p.status.retiring_revision is not None
     stable_ready, canary_ready = obs.stable.ready, obs.canary.ready if has_canary else 0
-    total_ready = stable_ready + canary_ready
+    holdback_ready = obs.holdback.ready if p.status.holdback is not None else 0
+    total_ready = stable_ready + canary_ready + holdback_ready
     weight = round(100 * canary_ready / total_ready) if p.canary_traffic and total_ready else 0
-    available = stable_ready + canary_ready >= p.spec.replicas and stable_ready > 0
+    available = total_ready >= p.spec.replicas and stable_ready > 0
     p = p.with_condition(
         ConditionType.AVAILABLE,
         available,
         "MinimumReplicasAvailable" if available else "ReplicasUnavailable",
         f"{total_ready}/{p.spec.replicas} replicas ready",
     )
-    ready = p.status.ready_replicas.model_copy(update={"stable": stable_ready, "canary": canary_ready})
+    ready = p.status.ready_replicas.model_copy(
+        update={"stable": stable_ready, "canary": canary_ready, "holdback": holdback_ready}
+    )
     return p.with_status(replicas=total_ready, ready_replicas=ready, canary_weight=weight)
 
 
@@ -234,7 +238,7 @@ def _canary_target(p: Pass) -> tuple[TrackTarget | None, int]:
     at `replicas` once the asked-for pods are Ready, and the fleet asks for at most the step's new pods
     on top of `replicas`.
     """
-    spec, status, obs, total = p.spec, p.status, p.obs, p.spec.replicas
+    spec, status, obs, total = p.spec, p.status, p.obs, p.spec.main_replicas
     if status.canary_revision is None or p.preflight_wanted:
         return None, total
     config = p.served_spec(status.canary_revision).serving()
@@ -258,6 +262,7 @@ def _finish(p: Pass) -> Decision:
     keep = canary_target is None and status.retiring_revision is not None
     final = _with_replica_counts(p)
     wake = min(p.wake) - obs.now if p.wake else None
+    holdback = holdback_target(p)
     return Decision(
         status=final.status,
         stable=TrackTarget(status.stable_revision, status.stable_serving, stable_replicas),
@@ -271,6 +276,9 @@ def _finish(p: Pass) -> Decision:
         route_weight=_route_weight(p),
         keep_canary=keep,
         preflight=_preflight_target(p),
+        holdback=holdback,
+        holdback_traffic=holdback is not None and obs.stable.always_served,
+        holdback_weight=holdback_weight(p) if holdback is not None else 0,
     )
 
 

@@ -1,18 +1,26 @@
 """Drift: keep judging the serving revision after promotion against what it measured as a canary.
 
-The reference is the promoted canary's last analysis (alpha, p95 per-token latency, per-pod load). Each
-look while Healthy (`tuning.look_at_fleet`) is compared with it by `judge.drift`; `rollout.drift.looks`
-agreeing looks in a row flip `SpeculationPaying` (hysteresis both ways), never before `minDwell` after
-promotion. With `onDrift: Rollback` the fleet is then canaried back to the reference config: the
-config stable served before (kept at promotion), or no speculation.
+The reference is the promoted canary's last analysis (alpha, p95 per-token latency, per-pod load, prompt
+and output tokens per request). Each look while Healthy (`tuning.look_at_fleet`) is compared with it by
+`judge.drift`; `rollout.drift.looks` agreeing looks in a row flip `SpeculationPaying` (hysteresis both
+ways), never before `minDwell` after promotion. With `onDrift: Rollback` the fleet is then canaried back
+to the reference config: the config stable served before (kept at promotion), or no speculation.
 """
 
 from specfleet.api.durations import parse_duration
 from specfleet.api.spec import DriftAction, SpeculativeDeploymentSpec, SpeculativeMethod, SpeculativeSpec
-from specfleet.api.status import ConditionStatus, DriftReference, DriftStatus, TunedConfig
+from specfleet.api.status import (
+    ConditionStatus,
+    DriftReference,
+    DriftStatus,
+    Speedup,
+    TrafficProfile,
+    TunedConfig,
+)
 from specfleet.api.vocabulary import ConditionType
-from specfleet.judge import LOAD_TOLERANCE, TrackEvidence, drift
+from specfleet.judge import LOAD_TOLERANCE, DriftCheck, TrackEvidence, describe_mix, drift
 from specfleet.render.manifests import revision
+from specfleet.rollout.holdback import reference_spec
 from specfleet.rollout.state import Pass
 
 
@@ -20,12 +28,16 @@ def reference_at_promotion(p: Pass, promoted: str) -> Pass:
     """The drift baseline of a revision being promoted: its canary's last analysis."""
     last = p.status.last_analysis
     measured = last.canary if last is not None and last.revision == promoted else None
+    enough = measured is not None and (measured.requests or 0) >= p.spec.rollout.guardrails.min_requests
+    mix = measured if enough else None  # a mean length over a few requests is no reference
     reference = DriftReference(
         revision=promoted,
         time=p.obs.now,
         acceptance_alpha=measured.acceptance_alpha if measured else None,
         token_latency_p95_seconds=measured.token_latency_p95_seconds if measured else None,
         requests_per_pod_per_second=measured.requests_per_pod_per_second if measured else None,
+        prompt_tokens_per_request=mix.prompt_tokens_per_request if mix else None,
+        output_tokens_per_request=mix.output_tokens_per_request if mix else None,
     )
     revert = p.status.drift.revert if p.status.drift else None
     p = p.with_status(drift=DriftStatus(reference=reference, previous=p.status.stable_serving, revert=revert))
@@ -43,28 +55,36 @@ def reverted_revision(p: Pass, desired: str) -> str | None:
     return revert.revision if revert.base == desired else None
 
 
-def judge_drift(p: Pass, evidence: TrackEvidence) -> Pass:
-    """Take one look's evidence into the drift counters, the condition, events and (maybe) a rollback."""
+def judge_drift(p: Pass, evidence: TrackEvidence, measured: Speedup | None = None) -> Pass:
+    """Take one look's evidence (and the speed-up over a holdback) into the drift counters, the condition,
+    events and (maybe) a rollback."""
     settings, stable = p.spec.rollout.drift, p.status.stable_revision
     status = p.status.drift or DriftStatus()
     reference = status.reference
     if settings is None or stable is None:
         return p
+    unpromoted = f"revision {stable} was not canaried by this operator: no reference from its promotion"
     if reference is None or reference.revision != stable:
-        message = f"revision {stable} was not canaried by this operator: no reference to compare with"
-        return p.with_status(drift=status.model_copy(update={"message": message}))
-    if p.obs.now < reference.time + parse_duration(settings.min_dwell):
+        if measured is None:
+            return p.with_status(drift=status.model_copy(update={"message": f"{unpromoted} to compare with"}))
+        check = DriftCheck(None, None, (f"{unpromoted}: judged against the holdback alone",))
+    elif p.obs.now < reference.time + parse_duration(settings.min_dwell):
         message = f"serving {stable} for less than minDwell {settings.min_dwell}: not judged yet"
         return p.with_status(drift=status.model_copy(update={"message": message}))
-    guardrails, confidence = p.spec.rollout.guardrails, p.spec.rollout.analysis.confidence
-    check = drift(settings, reference, evidence, guardrails, confidence)
-    drifted = status.drifted_looks + 1 if check.drifted else 0
-    steady = status.steady_looks + 1 if check.drifted is False else 0
-    message = "; ".join(check.reasons)[:1024]
+    else:
+        guardrails, confidence = p.spec.rollout.guardrails, p.spec.rollout.analysis.confidence
+        check = drift(settings, reference, evidence, guardrails, confidence)
+    verdict, reasons = _against_holdback(check.drifted, check.reasons, measured)
+    drifted = status.drifted_looks + 1 if verdict else 0
+    steady = status.steady_looks + 1 if verdict is False else 0
+    message = "; ".join(reasons)[:1024]
     p = _traffic_shift(p, status.load_ratio, check.load_ratio)
+    p = _mix_shift(p, status.profile, check.profile)
     status = status.model_copy(
         update={"drifted_looks": drifted, "steady_looks": steady, "message": message, "load_ratio": check.load_ratio}
     )
+    if check.profile is not None:  # a look without enough requests keeps the last estimate (and its shift)
+        status = status.model_copy(update={"profile": check.profile})
     p = p.with_status(drift=status)
     paying = next((c.status for c in p.status.conditions if c.type == ConditionType.SPECULATION_PAYING), None)
     if drifted >= settings.looks and paying is not ConditionStatus.FALSE:
@@ -80,6 +100,20 @@ def judge_drift(p: Pass, evidence: TrackEvidence) -> Pass:
     return p
 
 
+def _against_holdback(
+    drifted: bool | None, reasons: tuple[str, ...], measured: Speedup | None
+) -> tuple[bool | None, tuple[str, ...]]:
+    """With a holdback its speed-up joins the look's verdict: stable surely slower than the control group
+    (upper bound < 1) is drift at any load or mix, since both tracks see the same traffic; an estimate at or
+    above 1 judges latency where the comparison with promotion could not (load or mix shifted)."""
+    if measured is None or measured.estimate is None or measured.upper is None:
+        return drifted, reasons
+    reasons = (*reasons, f"against the holdback: {measured.message}")
+    if drifted or measured.upper < 1:
+        return True, reasons
+    return (False if measured.estimate >= 1 else None), reasons
+
+
 def _traffic_shift(p: Pass, before: float | None, now: float | None) -> Pass:
     """An event when the per-pod load moves out of (or back into) the comparable band around promotion's."""
 
@@ -92,8 +126,24 @@ def _traffic_shift(p: Pass, before: float | None, now: float | None) -> Pass:
     return p
 
 
+def _mix_shift(p: Pass, before: TrafficProfile | None, now: TrafficProfile | None) -> Pass:
+    """An event when prompt or output tokens per request move out of the comparable band around promotion's
+    (`judge.MIX_TOLERANCE`), once per move: a part already out at the last estimate is not named again."""
+    moved = [part for part in now.shifted if before is None or part not in before.shifted] if now else []
+    if now is None or not moved:
+        return p
+    message = (
+        f"the length mix moved: {describe_mix(now, moved)}: per-token latency is compared only at a comparable mix"
+    )
+    return p.with_event("TrafficShifted", message)
+
+
 def _reference_config(p: Pass) -> SpeculativeDeploymentSpec:
-    """The config before the drifted one: what stable served before its promotion, else no speculation."""
+    """The config to return to: the holdback's (the control group it was judged against), else what stable
+    served before its promotion, else no speculation."""
+    control = reference_spec(p) if p.status.holdback and p.status.holdback.revision else None
+    if control is not None:
+        return control
     previous = p.status.drift.previous if p.status.drift else None
     if previous:
         return p.spec.with_serving(previous)

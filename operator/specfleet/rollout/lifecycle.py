@@ -3,6 +3,7 @@
 from specfleet.api.spec import FallbackAction
 from specfleet.api.status import Outcome, Phase, Verdict
 from specfleet.rollout.drift import reference_at_promotion
+from specfleet.rollout.holdback import holdback_at_promotion
 from specfleet.rollout.state import Pass
 from specfleet.rollout.types import DRAIN
 
@@ -67,7 +68,7 @@ def promote(p: Pass, reason: str) -> Pass:
     revision = p.status.canary_revision
     assert revision is not None
     return (
-        reference_at_promotion(p, revision)
+        reference_at_promotion(holdback_at_promotion(p), revision)
         .recording(Outcome.PROMOTED, revision, reason)
         .with_event("Promoted", f"canary {revision} promoted: {reason}")
         .with_status(

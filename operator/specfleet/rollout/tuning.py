@@ -11,13 +11,23 @@ from datetime import datetime
 
 from specfleet.api.durations import parse_duration
 from specfleet.api.spec import SpeculativeDeploymentSpec, SpeculativeMethod
-from specfleet.api.status import AutoTuneStatus, LoadPointStatus, Measurements, Phase, ScheduleProposal, TunedConfig
+from specfleet.api.status import (
+    AutoTuneStatus,
+    LoadPointStatus,
+    Measurements,
+    Phase,
+    ScheduleProposal,
+    Speedup,
+    TunedConfig,
+)
 from specfleet.autotune.candidates import depth
 from specfleet.autotune.schedule import LoadPoint, Proposal, depth_for_batch, engine_takes_schedule, propose_schedule
+from specfleet.judge import speedup
 from specfleet.render.manifests import revision
 from specfleet.render.vllm_versions import VllmVersion
 from specfleet.rollout.drift import judge_drift, reverted_revision
 from specfleet.rollout.state import Pass
+from specfleet.rollout.types import FleetLook
 
 MAX_POINTS = 32
 """Load points kept (the oldest go first): enough for several batch levels of several depths."""
@@ -143,10 +153,20 @@ def _apply(p: Pass, served: SpeculativeDeploymentSpec) -> Pass:
     )
 
 
+def _speedup(p: Pass, look: FleetLook) -> Speedup | None:
+    """Stable against the holdback over the look's window, into status.holdback (None without one)."""
+    status = p.status.holdback
+    if look.evidence is None or look.holdback is None or status is None or status.revision is None:
+        return None
+    rollout = p.spec.rollout
+    return speedup(look.evidence, look.holdback, rollout.guardrails, rollout.analysis.confidence, look.time)
+
+
 def look_at_fleet(p: Pass) -> Pass:
-    """While Healthy with `spec.autoTune` or `rollout.drift` and a Prometheus: measure the stable track every
-    analysis window, and take in a fresh look (load points, drift)."""
-    watched = p.spec.auto_tune is not None or p.spec.rollout.drift is not None
+    """While Healthy with `spec.autoTune`, `rollout.drift` or `rollout.holdback` and a Prometheus: measure the
+    stable track (and the holdback) every analysis window, and take in a fresh look (speed-up, load points,
+    drift)."""
+    watched = any(x is not None for x in (p.spec.auto_tune, p.spec.rollout.drift, p.spec.rollout.holdback))
     if not watched or not p.obs.guarded or p.status.phase is not Phase.HEALTHY:
         return p
     stable = p.status.stable_revision
@@ -157,7 +177,10 @@ def look_at_fleet(p: Pass) -> Pass:
             auto_tune=(p.status.auto_tune or AutoTuneStatus()).model_copy(update={"last_look": look.time})
         )
         if look.evidence is not None:
-            p = judge_drift(p, look.evidence)
+            measured = _speedup(p, look)
+            if measured is not None and p.status.holdback is not None:
+                p = p.with_status(holdback=p.status.holdback.model_copy(update={"speedup": measured}))
+            p = judge_drift(p, look.evidence, measured)
         if look.stable is not None and p.spec.auto_tune is not None:
             k = depth(served)
             if look.stable.batch_size_mean and served.speculative.num_speculative_tokens_per_batch_size:

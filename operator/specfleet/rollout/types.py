@@ -42,6 +42,8 @@ class TrackObservation:
     """The Deployment controller has rolled every replica to the current template."""
     unschedulable: str = ""
     """The scheduler's message for a Pending pod of this track, e.g. `Insufficient amd.com/gpu`."""
+    always_served: bool = False
+    """Every Ready pod of the track carries the always-served label (so a Service selecting it keeps them)."""
     crashes: tuple[ContainerCrash, ...] = ()
     """Containers of the track's pods at `revision` that restarted or were OOM-killed. Pods of a revision
     are created for it, so for a canary these are the crashes since it started."""
@@ -68,6 +70,7 @@ class Observation:
     problems: tuple[str, ...] = ()
     stable: TrackObservation = TrackObservation()
     canary: TrackObservation = TrackObservation()
+    holdback: TrackObservation = TrackObservation()
     commands: Mapping[str, str] = field(default_factory=dict)
     """Command annotations present on the object (`specfleet.io/promote` -> value)."""
     analysis: Analysis | None = None
@@ -123,6 +126,13 @@ class Decision:
     preflight: TrackTarget | None = None
     """A preflight Job should exist for this revision and serving config (replicas unused); the shell
     deletes the fleet's preflight Jobs for any other revision."""
+    holdback: TrackTarget | None = None
+    """The holdback Deployment (`rollout.holdback`); None removes it."""
+    holdback_traffic: bool = False
+    """The fleet Service keeps the holdback's pods while the canary has no traffic (they and stable's carry
+    the always-served label); False selects stable alone then."""
+    holdback_weight: int = 0
+    """The holdback's HTTPRoute weight (percent)."""
     keep_canary: bool = False
     """With `canary` None: leave the canary Deployment (and its Service) as they are, a retiring canary
     draining; it is deleted by a later decision."""
@@ -182,11 +192,13 @@ class PreflightObservation:
 
 @dataclass(frozen=True)
 class FleetLook:
-    """The stable track measured over the last window while Healthy: Measurements, or why there are none."""
+    """The stable track (and the holdback) measured over the last window while Healthy, or why not."""
 
     time: datetime
     revision: str
     stable: Measurements | None = None
     evidence: TrackEvidence | None = None
     """The counts behind `stable`, for the drift comparison's bounds."""
+    holdback: TrackEvidence | None = None
+    """The holdback's counts over the same window (with `rollout.holdback`)."""
     error: str | None = None

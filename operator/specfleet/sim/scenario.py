@@ -120,7 +120,7 @@ class Pair(Knobs):
     """fnmatch glob on the model argument or the served model name."""
     drafter: str = Field(default="*", min_length=1)
     """fnmatch glob on the draft model or the speculative method; `none` matches pods that do not speculate."""
-    track: str | None = Field(default=None, pattern="^(stable|canary)$")
+    track: str | None = Field(default=None, pattern="^(stable|canary|holdback)$")
     """Only pods of this track (label specfleet.io/track), e.g. to make the canary of an A/A pair differ."""
 
 
