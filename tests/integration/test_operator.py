@@ -207,6 +207,36 @@ def test_an_httproute_gets_the_step_weights(httproute_crd: None, operator: Opera
     )
 
 
+def test_an_httproute_gives_the_holdback_its_share_beside_stable_and_the_canary(
+    httproute_crd: None, operator: Operator, fleet: Fleet
+) -> None:
+    route = {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {"name": "llm"},
+        "spec": {"rules": [{"backendRefs": [{"name": "llama-stable", "port": 8000}]}]},
+    }
+    fleet.apply(route)
+    routing = {
+        "trafficRouting": {"httpRoute": {"name": "llm"}},
+        "steps": [{"weight": 30, "pause": {}}],
+        "holdback": {"replicas": 1},
+    }
+    healthy(fleet, replicas=4, rollout=routing)
+    wait_for("a quarter to the holdback", lambda: backend_weights(fleet) == {"llama-stable": 75, "llama-holdback": 25})
+    fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 2}})
+    wait_for("the gate", fleet.phase_is("llama", "Paused"))
+    wait_for(
+        "30% to the canary, the holdback's share kept",
+        lambda: backend_weights(fleet) == {"llama-stable": 45, "llama-canary": 30, "llama-holdback": 25},
+    )
+    fleet.annotate("llama", "specfleet.io/abort", "now")
+    wait_for(
+        "the canary's share back to stable",
+        lambda: backend_weights(fleet) == {"llama-stable": 75, "llama-holdback": 25},
+    )
+
+
 # issue 12: a rollout never acts on stale or partial evidence
 
 
