@@ -172,6 +172,15 @@ def httproute_crd(dev_cluster: ClusterInfo) -> None:
     install_httproute_crd(dev_cluster)
 
 
+ROUTE = {
+    "apiVersion": "gateway.networking.k8s.io/v1",
+    "kind": "HTTPRoute",
+    "metadata": {"name": "llm"},
+    "spec": {"rules": [{"backendRefs": [{"name": "llama-stable", "port": 8000}]}]},
+}
+"""A user's HTTPRoute sending everything to the fleet's stable Service."""
+
+
 def backend_weights(fleet: Fleet) -> dict[str, int]:
     route = fleet.custom.get_namespaced_custom_object(
         "gateway.networking.k8s.io", "v1", fleet.namespace, "httproutes", "llm"
@@ -180,13 +189,7 @@ def backend_weights(fleet: Fleet) -> dict[str, int]:
 
 
 def test_an_httproute_gets_the_step_weights(httproute_crd: None, operator: Operator, fleet: Fleet) -> None:
-    route = {
-        "apiVersion": "gateway.networking.k8s.io/v1",
-        "kind": "HTTPRoute",
-        "metadata": {"name": "llm"},
-        "spec": {"rules": [{"backendRefs": [{"name": "llama-stable", "port": 8000}]}]},
-    }
-    fleet.apply(route)
+    fleet.apply(ROUTE)
     routing = {"trafficRouting": {"httpRoute": {"name": "llm"}}, "steps": [{"weight": 30, "pause": {}}]}
     healthy(fleet, rollout=routing)
     wait_for("stable at 100", lambda: backend_weights(fleet) == {"llama-stable": 100})
@@ -210,13 +213,7 @@ def test_an_httproute_gets_the_step_weights(httproute_crd: None, operator: Opera
 def test_an_httproute_gives_the_holdback_its_share_beside_stable_and_the_canary(
     httproute_crd: None, operator: Operator, fleet: Fleet
 ) -> None:
-    route = {
-        "apiVersion": "gateway.networking.k8s.io/v1",
-        "kind": "HTTPRoute",
-        "metadata": {"name": "llm"},
-        "spec": {"rules": [{"backendRefs": [{"name": "llama-stable", "port": 8000}]}]},
-    }
-    fleet.apply(route)
+    fleet.apply(ROUTE)
     routing = {
         "trafficRouting": {"httpRoute": {"name": "llm"}},
         "steps": [{"weight": 30, "pause": {}}],
