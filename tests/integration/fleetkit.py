@@ -160,6 +160,8 @@ ROLLOUT: dict[str, Any] = {
     "guardrails": {"minDraftTokens": 200},
     "progressDeadline": "2m",
 }
+SCRAPE_SECONDS = 5
+"""The dev cluster's Prometheus scrape interval (`specfleet dev up --scrape-interval`, default 5s)."""
 PLAIN = {"method": "none"}
 EAGLE3_K5 = {"method": "eagle3", "model": GOOD_DRAFTER, "revision": "main", "numSpeculativeTokens": 5}
 

@@ -25,17 +25,29 @@ class Answers:
     """Prometheus as a table: what each kind of query answers, the same for both tracks unless told."""
 
     def __init__(
-        self, canary_first_position: float = 1600.0, fail: bool = False, missing: tuple[str, ...] = ()
+        self,
+        canary_first_position: float = 1600.0,
+        fail: bool = False,
+        missing: tuple[str, ...] = (),
+        seen_for: dict[str, float] | None = None,
     ) -> None:
         self.first, self.fail, self.queries, self.times = canary_first_position, fail, [], set()
         self.missing = missing
         """Metrics Prometheus has no series of (an empty answer, or NaN: both reach the judge as None)."""
+        self.seen_for = seen_for or {}
+        """Seconds since each track's youngest pod was first scraped (scraped every 5 s; an hour if not told)."""
 
     def scalar(self, query: str, at: float | None = None) -> float | None:
         self.queries.append(query)
         self.times.add(at)
         if self.fail:
             raise ProviderError("Prometheus at http://x: connection refused")
+        if "timestamp(" in query:
+            track = "canary" if 'specfleet_io_track="canary"' in query else "stable"
+            if "count_over_time" in query:
+                return 5.0  # the scrape interval
+            lookback = float(query.split("[")[1].split("s")[0])
+            return NOW.timestamp() - min(self.seen_for.get(track, 3600.0), lookback)
         if any(metric in query for metric in self.missing):
             return None
         if "num_requests_waiting" in query:
@@ -88,8 +100,23 @@ def test_queries_select_each_track_at_its_revision_over_the_evidence_range() -> 
     answers, _ = run(Answers())
     assert any('specfleet_io_revision="c1"' in q and 'specfleet_io_track="canary"' in q for q in answers.queries)
     assert any('specfleet_io_revision="s1"' in q and 'specfleet_io_track="stable"' in q for q in answers.queries)
-    assert all("[60s]" in q for q in answers.queries)
+    assert all("[60s]" in q for q in answers.queries if "timestamp(" not in q)
     assert answers.times == {NOW.timestamp()}  # one evaluation time: every query sees the same scrapes
+
+
+@pytest.mark.parametrize("track", ["stable", "canary"])
+def test_the_range_starts_one_scrape_after_the_youngest_pod_was_first_scraped(track: str) -> None:
+    """A range holding the start of a pod's series reads a biased mean (Prometheus extrapolates _sum and
+    _count apart): a pod first scraped 30 s ago, every 5 s, leaves 25 s of evidence, whichever its track."""
+    answers, analysis = run(Answers(seen_for={track: 30.0}))
+    assert analysis.evidence_seconds == 25
+    evidence = [q for q in answers.queries if "timestamp(" not in q]
+    assert evidence and all("[25s]" in q for q in evidence)
+
+
+def test_pods_seen_since_before_the_range_leave_it_whole() -> None:
+    _, analysis = run(Answers(seen_for={"stable": 70.0, "canary": 66.0}))
+    assert analysis.evidence_seconds == 60
 
 
 def test_low_acceptance_fails_with_its_bound() -> None:

@@ -472,7 +472,8 @@ class AnalysisSpec(ApiModel):
     """Time between two analyses while a canary is live."""
     window: Duration = "5m"
     """Longest range of evidence an analysis reads. It never reaches back past the moment the current
-    step's canary replicas were all Ready, nor past the last counted failure."""
+    step's canary replicas were all Ready, nor past the last counted failure, nor to within one scrape of
+    the first sample Prometheus has of any measured pod (a range holding a series' start reads a biased mean)."""
     confidence: Annotated[float, Field(ge=0.5, le=0.999999)] = 0.99
     """Chance that a canary as good as its guardrails is never failed, over all of its analyses together:
     analysis n is tested at a false-failure probability of (1 - confidence) / (n (n + 1))."""

@@ -63,6 +63,27 @@ def evidence(
     )
 
 
+def scraped_seconds(
+    provider: MetricsProvider, selectors: tuple[promql.TrackSelector, ...], seconds: float, at: float
+) -> float:
+    """The evidence range, cut to start one scrape after the youngest pod of these tracks was first scraped.
+
+    A range that holds the start of a pod's series reads a biased mean: Prometheus extrapolates each counter
+    to the range's start on its own and stops at zero, so a histogram's `_sum` and `_count` stretch differently
+    (a new fleet's stable mean read 13% high, and an experiment promoted the wrong k). Pods are looked for
+    over twice the range, so a pod seen before the range never cuts it.
+    """
+    lookback = promql.seconds(2 * seconds)
+    step = promql.seconds(max(1.0, seconds / 60))
+    starts = [provider.scalar(promql.youngest_series_start(s, lookback, step), at) for s in selectors]
+    intervals = [provider.scalar(promql.scrape_interval(s, lookback, step), at) for s in selectors]
+    youngest = max((t for t in starts if t is not None), default=None)
+    if youngest is None:
+        return seconds  # no series at all: the evidence is empty whatever the range
+    scrape = max((i for i in intervals if i is not None), default=at - youngest)
+    return max(0.0, min(seconds, at - (youngest + scrape)))
+
+
 def evidence_seconds(sdep: SpeculativeDeployment, status: SpeculativeDeploymentStatus, now: datetime) -> float:
     """The analysis window, cut at the start of the current evidence (step Ready, or the last counted failure)."""
     window = parse_duration(sdep.spec.rollout.analysis.window).total_seconds()
@@ -76,10 +97,10 @@ def analyze(
     """Blocking: run it in a thread. Prometheus failures become an Error verdict, never an exception."""
     assert status.canary_revision is not None and status.stable_revision is not None
     meta, spec = sdep.metadata, sdep.spec
-    seconds = evidence_seconds(sdep, status, now)
     canary = promql.TrackSelector(meta.namespace, meta.name, "canary", status.canary_revision)
     stable = promql.TrackSelector(meta.namespace, meta.name, "stable", status.stable_revision)
     look = status.analyses + 1
+    seconds = evidence_seconds(sdep, status, now)
     base = {
         "time": now,
         "revision": status.canary_revision,
@@ -90,11 +111,13 @@ def analyze(
     with ANALYSIS_SECONDS.time():
         try:
             at = now.timestamp()
+            seconds = scraped_seconds(provider, (canary, stable), seconds, at)
             canary_evidence = evidence(provider, canary, seconds, at)
             stable_evidence = evidence(provider, stable, seconds, at)
         except ProviderError as error:
             ANALYSES.labels(Verdict.ERROR.value).inc()
             return Analysis(**base, verdict=Verdict.ERROR, reasons=[str(error)[:MAX_REASON]])
+    base["evidence_seconds"] = round(seconds)
     drafter = served_spec(spec, status, status.canary_revision).speculative
     serving = (status.stable_serving or {}).get("speculative") or {}
     assert isinstance(serving, dict)
@@ -133,15 +156,16 @@ def measure_fleet(
     (speed-up, load points, drift)."""
     assert status.stable_revision is not None
     meta = sdep.metadata
-    seconds = parse_duration(sdep.spec.rollout.analysis.window).total_seconds()
+    window = parse_duration(sdep.spec.rollout.analysis.window).total_seconds()
     stable = promql.TrackSelector(meta.namespace, meta.name, "stable", status.stable_revision)
     holdback = status.holdback.revision if status.holdback else None
+    selector = promql.TrackSelector(meta.namespace, meta.name, "holdback", holdback) if holdback else None
     at = now.timestamp()
     try:
+        seconds = scraped_seconds(provider, (stable,) if selector is None else (stable, selector), window, at)
         found = evidence(provider, stable, seconds, at)
         control = None
-        if holdback is not None:
-            selector = promql.TrackSelector(meta.namespace, meta.name, "holdback", holdback)
+        if selector is not None:
             control = replace(
                 evidence(provider, selector, seconds, at), token_latency_slices=_slices(provider, selector, seconds, at)
             )

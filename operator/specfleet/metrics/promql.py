@@ -85,6 +85,26 @@ def histogram_mean(histogram: str, s: TrackSelector, r: str) -> str:
     return f"{increase(histogram + '_sum', s, r)} / {increase(histogram + '_count', s, r)}"
 
 
+def _pod_series(s: TrackSelector) -> str:
+    """One series per pod from its start: the `_count` of the per-token latency histogram."""
+    return f"{names.TIME_PER_OUTPUT_TOKEN}_count{s.matchers()}"
+
+
+def _first_sample(s: TrackSelector, r: str, step: str) -> str:
+    return f"min_over_time(timestamp({_pod_series(s)})[{r}:{step}])"
+
+
+def youngest_series_start(s: TrackSelector, r: str, step: str) -> str:
+    """When Prometheus first scraped the track's youngest pod within the range (Unix time, late by < `step`)."""
+    return f"max({_first_sample(s, r, step)})"
+
+
+def scrape_interval(s: TrackSelector, r: str, step: str) -> str:
+    """Seconds between two scrapes of the track's pods over the range (the most regular pod's; none with < 2)."""
+    span = f"timestamp({_pod_series(s)}) - {_first_sample(s, r, step)}"
+    return f"min(({span}) / (count_over_time({_pod_series(s)}[{r}]) - 1 > 0))"
+
+
 def gauges(s: TrackSelector, r: str) -> dict[str, str]:
     """Evidence field -> query with one value over the range (gauges, and means of histograms)."""
     return {
