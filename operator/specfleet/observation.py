@@ -16,10 +16,12 @@ from specfleet.api.problems import InvalidSpecError
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.vocabulary import (
     ALWAYS_SERVED,
+    LABEL_CANDIDATE,
     LABEL_NAME,
     LABEL_REVISION,
     LABEL_TRACK,
     LABEL_TRAFFIC,
+    SINGLE_TRACKS,
     Command,
     Track,
 )
@@ -166,12 +168,14 @@ def track_observation(deployment: Raw | None, pods: Iterable[Raw]) -> TrackObser
     )
 
 
-def pods_of(pods: Iterable[Raw], name: str, track: Track) -> list[Raw]:
+def pods_of(pods: Iterable[Raw], name: str, track: Track, candidate: int | None = None) -> list[Raw]:
+    """The fleet's pods of one track (of one side-by-side candidate's slice, for track candidate)."""
     return [
         p
         for p in pods
         if p.get("metadata", {}).get("labels", {}).get(LABEL_NAME) == name
         and p["metadata"]["labels"].get(LABEL_TRACK) == track.value
+        and (candidate is None or p["metadata"]["labels"].get(LABEL_CANDIDATE) == str(candidate))
     ]
 
 
@@ -239,6 +243,7 @@ def observe(
     routed: bool = False,
     preflight_jobs: Iterable[Raw] = (),
     preflight_pods: Iterable[Raw] = (),
+    candidate_deployments: Mapping[int, Raw | None] | None = None,
 ) -> Observation:
     """The state machine's view of one SpeculativeDeployment and its children."""
     pods = list(pods)
@@ -250,7 +255,13 @@ def observe(
         if (value := meta.annotations.get(c.annotation)) is not None
     }
     tracks = {
-        track: track_observation(deployments.get(track), pods_of(pods, sdep.metadata.name, track)) for track in Track
+        track: track_observation(deployments.get(track), pods_of(pods, sdep.metadata.name, track))
+        for track in SINGLE_TRACKS
+    }
+    candidates = {
+        index: track_observation(deployment, pods_of(pods, meta.name, Track.CANDIDATE, index))
+        for index, deployment in (candidate_deployments or {}).items()
+        if deployment is not None
     }
     return Observation(
         now=now,
@@ -264,4 +275,5 @@ def observe(
         guarded=guarded,
         routed=routed,
         preflights=preflight_observations(preflight_jobs, preflight_pods, meta.uid),
+        candidates=candidates,
     )

@@ -18,7 +18,6 @@ from specfleet.api.spec import (
     METHODS_WITH_DRAFT_MODEL,
     SpeculativeDeploymentSpec,
 )
-from specfleet.autotune.candidates import candidate_spec
 from specfleet.hardware import BY_PRODUCT_NAME
 from specfleet.preflight.check import Memory, MemorySubject, memory_problems
 from specfleet.render.argv import ITL_BUCKETS_FLAG, engine_problems
@@ -172,7 +171,7 @@ def _candidate_problems(spec: SpeculativeDeploymentSpec) -> list[Problem]:
     for index in range(len(spec.candidates)):
         where = f"spec.autoTune.candidates[{index}]"
         try:
-            candidate = candidate_spec(spec, index)
+            candidate = spec.candidate_spec(index)
         except ValidationError as error:
             for problem in _schema_problems(error):
                 field = problem.field.removeprefix("(document)")

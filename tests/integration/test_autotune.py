@@ -2,7 +2,8 @@
 
 The scenario says what the user has (a drafter whose per-token acceptance is 0.55 on this traffic, the
 load per pod); the simulator's closed-form oracle (`specfleet.sim.oracle`) says which k is fastest for
-that, and the experiment must find it by measuring, and promote it.
+that, and the experiment must find it by measuring, and promote it. Six replicas and a 10% first step
+give each of the four candidates a slice of one pod: they are measured side by side, over one window.
 """
 
 import json
@@ -18,10 +19,11 @@ from fleetkit import GOOD_DRAFTER, SCENARIO, Fleet, Operator, Simulator, sdep, w
 pytestmark = pytest.mark.integration
 
 CANDIDATES = (1, 3, 5, 8)
+REPLICAS = 6
 WINDOW_SECONDS = 30
 KNOBS = {**SCENARIO["defaults"], "acceptance": 0.55}
 ROLLOUT: dict[str, Any] = {
-    "steps": [{"weight": 50, "pause": {"duration": "1s"}}],
+    "steps": [{"weight": 10, "pause": {"duration": "1s"}}],
     "analysis": {"interval": "5s", "window": f"{WINDOW_SECONDS}s"},
     "guardrails": {"minDraftTokens": 200, "minAcceptanceAlpha": 0.4},
     "progressDeadline": "2m",
@@ -42,10 +44,12 @@ def test_an_experiment_over_k_promotes_the_k_the_model_says_is_fastest(
     assert latency[runner_up] > 1.05 * latency[best], "the scenario must tell the candidates apart"
     assert latency[10] > 1.05 * latency[best], "and the winner must beat stable"
 
-    fleet.apply(sdep(rollout=ROLLOUT, speculative=eagle3(10)))
+    fleet.apply(sdep(replicas=REPLICAS, rollout=ROLLOUT, speculative=eagle3(10)))
     stable = wait_for("Healthy", fleet.phase_is("llama", "Healthy"), timeout=90)["stableRevision"]
     # Straight away: the operator's evidence never reaches back past the first scrape of stable's new pods.
     fleet.patch_spec("llama", {"autoTune": {"candidates": [{"numSpeculativeTokens": k} for k in CANDIDATES]}})
+    slices = {f"llama-candidate-{i}" for i in range(len(CANDIDATES))}
+    wait_for("a slice per candidate at once", lambda: slices <= set(fleet.deployments()))
 
     def promoted() -> dict[str, Any] | None:
         status = fleet.status("llama")
@@ -55,7 +59,9 @@ def test_an_experiment_over_k_promotes_the_k_the_model_says_is_fastest(
 
     status = wait_for("the experiment's winner promoted", promoted, timeout=420)
     candidates = status["experiment"]["candidates"]
-    assert [c["state"] for c in candidates].count("Chosen") == 1
+    assert status["experiment"]["sideBySide"] and [c["state"] for c in candidates].count("Chosen") == 1
+    assert len({c["lookedAt"] for c in candidates}) == 1  # measured together: the same window for every one
+    assert not slices & set(fleet.deployments())  # the slices are gone once the winner is promoted
     measured = {c["numSpeculativeTokens"]: c["tokenLatencyRatio"] for c in candidates}
     chosen = next(c["numSpeculativeTokens"] for c in candidates if c["state"] == "Chosen")
     assert chosen == best, f"measured ratios to stable {measured}, oracle {latency}"

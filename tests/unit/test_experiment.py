@@ -9,7 +9,7 @@ from test_rollout import Fleet, healthy_fleet, make_spec
 from specfleet.api.spec import SpeculativeDeploymentSpec
 from specfleet.api.status import Analysis, CandidateState, Measurements, Outcome, Phase, PreflightStatus, Verdict
 from specfleet.api.vocabulary import Command
-from specfleet.autotune.candidates import Score, base_spec, candidate_spec, choose
+from specfleet.autotune.candidates import Score, base_spec, choose
 from specfleet.cli.view import render_status
 from specfleet.render.manifests import revision
 from specfleet.rollout import Decision, PreflightObservation, PreflightState
@@ -21,12 +21,16 @@ STEPS = {
 STABLE_TOKEN_SECONDS = 0.010
 
 
-def measured(fleet: Fleet, token_ratio: float, verdict: Verdict = Verdict.PASS, seconds: int = 60) -> Analysis:
-    """A one-minute analysis of the live canary whose median per-token latency is `token_ratio` x stable's."""
-    assert fleet.status.canary_revision is not None
+def measured(
+    fleet: Fleet, token_ratio: float, verdict: Verdict = Verdict.PASS, seconds: int = 60, revision: str | None = None
+) -> Analysis:
+    """An analysis of the live canary (or of the slice at `revision`) over `seconds` whose mean per-token
+    latency is `token_ratio` x stable's."""
+    measured_revision = revision or fleet.status.canary_revision
+    assert measured_revision is not None
     return Analysis(
         time=fleet.now,
-        revision=fleet.status.canary_revision,
+        revision=measured_revision,
         step=fleet.status.current_step or 0,
         verdict=verdict,
         reasons=[] if verdict is Verdict.PASS else ["p95 per-token latency +40%"],
@@ -56,7 +60,7 @@ def measure_live(fleet: Fleet, token_ratio: float, verdict: Verdict = Verdict.PA
 
 
 def candidate_revision(fleet: Fleet, index: int) -> str:
-    return revision(candidate_spec(fleet.spec, index))
+    return revision(fleet.spec.candidate_spec(index))
 
 
 def test_each_candidate_is_measured_in_turn_then_the_best_is_canaried_through_every_step_and_promoted() -> None:
@@ -248,10 +252,10 @@ def test_a_changed_k_needs_no_preflight() -> None:
 
 def test_candidate_specs_are_what_the_candidates_say() -> None:
     spec = make_spec(autoTune={"candidates": [{"numSpeculativeTokens": 2}, {"method": "ngram"}]})
-    assert candidate_spec(spec, 0).speculative.model == spec.speculative.model
-    assert candidate_spec(spec, 0).speculative.num_speculative_tokens == 2
-    assert candidate_spec(spec, 1).speculative.model is None  # a method is a whole config
-    assert isinstance(candidate_spec(spec, 1), SpeculativeDeploymentSpec) and candidate_spec(spec, 1).auto_tune is None
+    assert spec.candidate_spec(0).speculative.model == spec.speculative.model
+    assert spec.candidate_spec(0).speculative.num_speculative_tokens == 2
+    assert spec.candidate_spec(1).speculative.model is None  # a method is a whole config
+    assert isinstance(spec.candidate_spec(1), SpeculativeDeploymentSpec) and spec.candidate_spec(1).auto_tune is None
 
 
 def test_kubectl_specfleet_status_shows_every_candidate_and_the_preflight() -> None:

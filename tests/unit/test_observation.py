@@ -143,3 +143,26 @@ def test_a_crash_of_an_unnamed_container_still_counts() -> None:
     body["status"]["containerStatuses"] = [{"restartCount": 2, "lastState": {"terminated": {"reason": "OOMKilled"}}}]
     (crash,) = track_observation(deployment("new"), [body]).crashes
     assert crash.pod == "?" and crash.container == "?" and crash.restarts == 2 and crash.oom_killed
+
+
+def test_each_side_by_side_slice_counts_only_its_own_pods() -> None:
+    def slice_pod(index: int, revision: str, ready: bool = True) -> dict[str, Any]:
+        made = pod(revision, ready=ready, track="candidate")
+        made["metadata"]["labels"]["specfleet.io/candidate"] = str(index)
+        return made
+
+    pods = [
+        slice_pod(0, "k2"),
+        slice_pod(1, "k3"),
+        slice_pod(1, "k3", ready=False),
+        pod("k4"),
+        pod("k2", track="canary"),
+    ]
+    sdep = SpeculativeDeployment.from_mapping(BASE)
+    slices = {0: deployment("k2", replicas=1, updated=1, total=1), 1: deployment("k3"), 2: None}
+    observation = observe(sdep, {}, pods, datetime.now(UTC), guarded=True, candidate_deployments=slices)
+    assert set(observation.candidates) == {0, 1}  # no Deployment, no slice
+    assert (observation.candidates[0].revision, observation.candidates[0].ready) == ("k2", 1)
+    assert observation.candidates[0].settled
+    assert (observation.candidates[1].ready, observation.candidates[1].settled) == (1, False)
+    assert observation.stable.ready == 0 and observation.canary.ready == 0  # slice pods are no track's

@@ -254,6 +254,30 @@ def test_render_yields_services_and_deployment_without_yaml_aliases() -> None:
     assert "&id" not in yaml.safe_dump_all(objects)
 
 
+def test_each_candidate_slice_has_its_own_deployment_selector_and_config() -> None:
+    candidates = {"candidates": [{"numSpeculativeTokens": 2}, {"numSpeculativeTokens": 6}]}
+    fleet = sdep({"spec": {"replicas": 8, "autoTune": candidates}})
+    objects = render(fleet, Track.CANDIDATE)
+    slices = [o for o in objects if o["kind"] == "Deployment"]
+    assert [d["metadata"]["name"] for d in slices] == ["llama-eagle3-candidate-0", "llama-eagle3-candidate-1"]
+    selectors = [d["spec"]["selector"]["matchLabels"] for d in slices]
+    assert selectors[0] != selectors[1]  # two Deployments never fight over each other's pods
+    for index, deployed in enumerate(slices):
+        labels = deployed["spec"]["template"]["metadata"]["labels"]
+        assert labels[LABEL_TRACK] == "candidate" and labels["specfleet.io/candidate"] == str(index)
+        assert selectors[index].items() <= labels.items()
+        assert deployed["spec"]["replicas"] == canary_replicas(8, fleet.spec.rollout.steps[0].weight)
+    depths = [
+        json.loads(flag(d["spec"]["template"]["spec"]["containers"][0]["args"], "--speculative-config")) for d in slices
+    ]
+    assert [d["num_speculative_tokens"] for d in depths] == [2, 6]
+
+
+def test_rendering_the_candidate_track_without_candidates_names_the_field() -> None:
+    with pytest.raises(InvalidSpecError, match=r"spec\.autoTune\.candidates"):
+        render(sdep(), Track.CANDIDATE)
+
+
 @pytest.mark.parametrize(("version", "has_buckets"), [("0.31.0", False), ("0.32.0", True), ("0.33.0", True)])
 def test_fine_itl_buckets_only_where_vllm_takes_them(version: str, has_buckets: bool) -> None:
     argv = vllm_argv(sdep({"spec": {"engine": {"vllmVersion": version}}}).spec)

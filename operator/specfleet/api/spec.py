@@ -273,15 +273,18 @@ class AutoTuneSpec(ApiModel):
     """Find the best speculative config by measurement: an experiment over `candidates`, and a batch-size
     schedule of the depth fitted to what the fleet measures while it serves.
 
-    A change that brings candidates starts an experiment: each candidate in turn is canaried at the first
-    step's weight next to stable and measured over that step (its pause and a passing analysis, every
-    guardrail judged); then the candidate with the lowest mean per-token latency relative to stable in its
-    own window (ties within 1%: the smaller k, unless another has 5% more output tokens/s per pod) is
-    canaried through all    the steps and promoted, if it beats stable by `minImprovement`. Otherwise stable stays.
+    A change that brings candidates starts an experiment. When the replicas permit, every candidate gets
+    its own slice of the first step's share (`<name>-candidate-<i>`) beside stable at once and all are
+    measured over the same window; otherwise (or with an HTTPRoute, or a new drafter to preflight) each in
+    turn is canaried at the first step's weight and measured over that step. Every guardrail is judged.
+    Then the candidate with the lowest mean per-token latency relative to stable in the same window (ties
+    within 1%: the smaller k, unless another has 5% more output tokens/s per pod) is canaried through all
+    the steps and promoted, if it beats stable by `minImprovement`. Otherwise stable stays.
     """
 
     candidates: Annotated[list[Candidate], Field(max_length=8)] = []
-    """Alternatives to try, one after another (one canary track); none: only the load-aware depth."""
+    """Alternatives to try: side by side when the replicas permit, else one after another (status.experiment.mode
+    says which and why); none: only the load-aware depth."""
     min_improvement: Annotated[float, Field(ge=0, le=0.9)] = DEFAULT_MIN_IMPROVEMENT
     """How much lower (relative) the winner's mean per-token latency must be than stable's in the same
     window for it to be promoted (0.02 = 2% faster); below it, nothing is promoted."""
@@ -710,6 +713,12 @@ class SpeculativeDeploymentSpec(ApiModel):
     def candidates(self) -> list[Candidate]:
         """The experiment's candidates (none without `autoTune`)."""
         return self.auto_tune.candidates if self.auto_tune else []
+
+    def candidate_spec(self, index: int) -> "SpeculativeDeploymentSpec":
+        """This spec serving candidate `index` of `autoTune.candidates` (without candidates: what its pods render)."""
+        assert self.auto_tune is not None
+        speculative = self.auto_tune.candidates[index].applied_to(self.speculative)
+        return self.model_copy(update={"speculative": speculative, "auto_tune": None})
 
     def summary(self) -> str:
         """The speculative config in a few words, for history and events."""

@@ -180,6 +180,14 @@ class CandidateResult(ApiModel):
     canary: Measurements | None = None
     stable: Measurements | None = None
     reason: ShortText = ""
+    started_at: datetime | None = None
+    """Side by side: when its slice was asked for (its pods must be Ready within `rollout.progressDeadline`)."""
+    ready_at: datetime | None = None
+    """Side by side: when every pod of its slice was Ready; its evidence starts here."""
+    looks: int = 0
+    """Side by side: analyses of its slice so far (the judge's look number)."""
+    looked_at: datetime | None = None
+    """Side by side: its last analysis."""
 
 
 class ExperimentStatus(ApiModel):
@@ -188,7 +196,9 @@ class ExperimentStatus(ApiModel):
     revision: Annotated[str, Field(max_length=63)]
     """The revision of the spec (with its candidates) the experiment is for."""
     mode: ShortText = ""
-    """How the candidates are measured (one after another on the canary track)."""
+    """How the candidates are measured: side by side, or one after another on the canary track (and why)."""
+    side_by_side: bool = False
+    """Every candidate on its own slice (`<name>-candidate-<i>`) beside stable at once, over the same windows."""
     candidates: Annotated[list[CandidateResult], Field(max_length=8)] = []
     chosen: int | None = None
     """Index of the winning candidate, canaried (and then served) under `revision`."""

@@ -10,6 +10,8 @@ from enum import StrEnum
 LABEL_NAME = "specfleet.io/name"
 LABEL_TRACK = "specfleet.io/track"
 LABEL_REVISION = "specfleet.io/revision"
+LABEL_CANDIDATE = "specfleet.io/candidate"
+"""An experiment's candidate index on the pods of its side-by-side slice (track `candidate`)."""
 LABEL_TRAFFIC = "specfleet.io/traffic"
 """`always` on the pods that take traffic whatever the canary does (stable and holdback, with a holdback):
 the fleet Service selects them while the canary has none (a Service selector cannot say stable OR holdback)."""
@@ -26,6 +28,12 @@ class Track(StrEnum):
     STABLE = "stable"
     CANARY = "canary"
     HOLDBACK = "holdback"
+    CANDIDATE = "candidate"
+    """An experiment's candidates measured side by side: one Deployment per candidate (`<name>-candidate-<i>`)."""
+
+
+SINGLE_TRACKS = (Track.STABLE, Track.CANARY, Track.HOLDBACK)
+"""The tracks with one Deployment each (`<name>-<track>`)."""
 
 
 class Command(StrEnum):

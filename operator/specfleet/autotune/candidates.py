@@ -21,13 +21,6 @@ THROUGHPUT_TIE = 0.05
 over 5 minutes by chance (benchmarks/autotune_regret.py), so a smaller gap would pick a k at random."""
 
 
-def candidate_spec(spec: SpeculativeDeploymentSpec, index: int) -> SpeculativeDeploymentSpec:
-    """The fleet's spec serving candidate `index` (without candidates: what a candidate's pods render)."""
-    assert spec.auto_tune is not None
-    speculative = spec.auto_tune.candidates[index].applied_to(spec.speculative)
-    return spec.model_copy(update={"speculative": speculative, "auto_tune": None})
-
-
 def spec_for_revision(
     spec: SpeculativeDeploymentSpec, experiment: ExperimentStatus | None, revision: str | None
 ) -> SpeculativeDeploymentSpec:
@@ -36,10 +29,10 @@ def spec_for_revision(
     if experiment is None or not spec.candidates or revision is None:
         return spec
     if revision == experiment.revision and experiment.chosen is not None:
-        return candidate_spec(spec, experiment.chosen)
+        return spec.candidate_spec(experiment.chosen)
     for candidate in experiment.candidates:
         if candidate.revision == revision and candidate.index < len(spec.candidates):
-            return candidate_spec(spec, candidate.index)
+            return spec.candidate_spec(candidate.index)
     return spec
 
 

@@ -40,6 +40,7 @@ class TrackName(StrEnum):
     STABLE = "stable"
     CANARY = "canary"
     HOLDBACK = "holdback"
+    CANDIDATE = "candidate"
 
 
 SIM_SUMMARY = (

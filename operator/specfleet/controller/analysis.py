@@ -8,6 +8,7 @@ from specfleet.api.durations import parse_duration
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.spec import SpeculativeMethod
 from specfleet.api.status import Analysis, SpeculativeDeploymentStatus, Verdict
+from specfleet.api.vocabulary import Track
 from specfleet.controller.metrics import ANALYSES, ANALYSIS_SECONDS
 from specfleet.judge import TrackEvidence, judge, measurements
 from specfleet.metrics import names, promql
@@ -84,46 +85,69 @@ def scraped_seconds(
     return max(0.0, min(seconds, at - (youngest + scrape)))
 
 
-def evidence_seconds(sdep: SpeculativeDeployment, status: SpeculativeDeploymentStatus, now: datetime) -> float:
+def evidence_seconds(sdep: SpeculativeDeployment, since: datetime | None, now: datetime) -> float:
     """The analysis window, cut at the start of the current evidence (step Ready, or the last counted failure)."""
     window = parse_duration(sdep.spec.rollout.analysis.window).total_seconds()
-    since = status.evidence_since or status.step_ready_at
     return window if since is None else max(0.0, min(window, (now - since).total_seconds()))
 
 
 def analyze(
     provider: MetricsProvider, sdep: SpeculativeDeployment, status: SpeculativeDeploymentStatus, now: datetime
 ) -> Analysis:
-    """Blocking: run it in a thread. Prometheus failures become an Error verdict, never an exception."""
-    assert status.canary_revision is not None and status.stable_revision is not None
+    """Blocking: the live canary against stable. Prometheus failures become an Error verdict, never an exception."""
+    assert status.canary_revision is not None
+    since = status.evidence_since or status.step_ready_at
+    look, step = status.analyses + 1, status.current_step or 0
+    return _analyze(provider, sdep, status, now, Track.CANARY, status.canary_revision, since, look, step)
+
+
+def analyze_candidate(
+    provider: MetricsProvider,
+    sdep: SpeculativeDeployment,
+    status: SpeculativeDeploymentStatus,
+    now: datetime,
+    index: int,
+) -> Analysis:
+    """Blocking: one side-by-side candidate's slice against stable, over the window since its pods were all Ready."""
+    assert status.experiment is not None
+    candidate = next(c for c in status.experiment.candidates if c.index == index)
+    since, look = candidate.ready_at, candidate.looks + 1
+    return _analyze(provider, sdep, status, now, Track.CANDIDATE, candidate.revision, since, look, 0)
+
+
+def _analyze(
+    provider: MetricsProvider,
+    sdep: SpeculativeDeployment,
+    status: SpeculativeDeploymentStatus,
+    now: datetime,
+    track: Track,
+    revision: str,
+    since: datetime | None,
+    look: int,
+    step: int,
+) -> Analysis:
+    assert status.stable_revision is not None
     meta, spec = sdep.metadata, sdep.spec
-    canary = promql.TrackSelector(meta.namespace, meta.name, "canary", status.canary_revision)
-    stable = promql.TrackSelector(meta.namespace, meta.name, "stable", status.stable_revision)
-    look = status.analyses + 1
-    seconds = evidence_seconds(sdep, status, now)
-    base = {
-        "time": now,
-        "revision": status.canary_revision,
-        "step": status.current_step or 0,
-        "look": look,
-        "evidence_seconds": round(seconds),
-    }
+    measured = promql.TrackSelector(meta.namespace, meta.name, track.value, revision)
+    stable = promql.TrackSelector(meta.namespace, meta.name, Track.STABLE.value, status.stable_revision)
+    seconds = evidence_seconds(sdep, since, now)
+    base = {"time": now, "revision": revision, "step": step, "look": look, "evidence_seconds": round(seconds)}
     with ANALYSIS_SECONDS.time():
         try:
             at = now.timestamp()
-            seconds = scraped_seconds(provider, (canary, stable), seconds, at)
-            canary_evidence = evidence(provider, canary, seconds, at)
+            seconds = scraped_seconds(provider, (measured, stable), seconds, at)
+            measured_evidence = evidence(provider, measured, seconds, at)
             stable_evidence = evidence(provider, stable, seconds, at)
         except ProviderError as error:
             ANALYSES.labels(Verdict.ERROR.value).inc()
             return Analysis(**base, verdict=Verdict.ERROR, reasons=[str(error)[:MAX_REASON]])
     base["evidence_seconds"] = round(seconds)
-    drafter = served_spec(spec, status, status.canary_revision).speculative
+    drafter = served_spec(spec, status, revision).speculative
     serving = (status.stable_serving or {}).get("speculative") or {}
     assert isinstance(serving, dict)
     result = judge(
         spec.rollout.guardrails,
-        canary_evidence,
+        measured_evidence,
         stable_evidence,
         speculative=drafter.method is not SpeculativeMethod.NONE,
         same_drafter=(drafter.method.value, drafter.model, drafter.revision)

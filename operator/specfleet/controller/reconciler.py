@@ -24,8 +24,8 @@ from urllib3.exceptions import HTTPError
 
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.status import Analysis, SpeculativeDeploymentStatus, Verdict
-from specfleet.api.vocabulary import LABEL_TRACK, LABEL_TRAFFIC, Track
-from specfleet.controller.analysis import analyze, measure_fleet
+from specfleet.api.vocabulary import LABEL_TRACK, LABEL_TRAFFIC, SINGLE_TRACKS, Track
+from specfleet.controller.analysis import analyze, analyze_candidate, measure_fleet
 from specfleet.controller.kube import Kube, SecretError
 from specfleet.controller.metrics import RECONCILE_SECONDS, RECONCILES, TRANSITIONS
 from specfleet.controller.queue import WorkQueue
@@ -129,7 +129,11 @@ class Reconciler:
         if parsed.sdep is None:
             return self.resync_seconds
         sdep = parsed.sdep
-        deployments = {track: self._owned(key, sdep, "Deployment", child_name(sdep, track)) for track in Track}
+        deployments = {track: self._owned(key, sdep, "Deployment", child_name(sdep, track)) for track in SINGLE_TRACKS}
+        slices = {
+            index: self._owned(key, sdep, "Deployment", child_name(sdep, Track.CANDIDATE, index))
+            for index in range(len(sdep.spec.candidates))
+        }
         pods = self.store.children("Pod", key).values()
         url = self._prometheus_url(sdep)
         routed = await self._blocking(self._routed, sdep)
@@ -142,19 +146,15 @@ class Reconciler:
             routed=routed,
             preflight_jobs=self.store.children("Job", key).values(),
             preflight_pods=self.store.children(PREFLIGHT_POD, key).values(),
+            candidate_deployments=slices,
         )
         if self._conflicts.get(key):
             names = ", ".join(sorted(self._conflicts[key]))
             observation = _with_problem(observation, f"objects not created by specfleet already use the names {names}")
         decision = decide(sdep.spec, sdep.status, observation)
-        if decision.analysis_due and url is not None:
-            try:
-                provider = await self._blocking(self._provider, sdep, url)
-            except SecretError as error:  # an Error verdict: onProviderError applies, not a retry loop
-                analysis = _error(decision.status, observation.now, f"Prometheus auth: {error}")
-            else:
-                analysis = await self._blocking(analyze, provider, sdep, decision.status, observation.now)
-            decision = decide(sdep.spec, sdep.status, replace(observation, analysis=analysis))
+        if (decision.analysis_due or decision.candidate_analyses_due) and url is not None:
+            observation = await self._analyses(sdep, url, decision, observation)
+            decision = decide(sdep.spec, sdep.status, observation)
         if decision.fleet_look_due and url is not None:
             look = await self._look(sdep, url, decision.status, observation.now)
             decision = decide(sdep.spec, sdep.status, replace(observation, fleet_look=look))
@@ -162,6 +162,23 @@ class Reconciler:
         await self._blocking(self._apply, key, body, sdep, decision, children)
         after = decision.requeue_after.total_seconds() if decision.requeue_after is not None else None
         return min(after, self.resync_seconds) if after is not None else self.resync_seconds
+
+    async def _analyses(
+        self, sdep: SpeculativeDeployment, url: str, decision: Decision, observation: Observation
+    ) -> Observation:
+        """The observation with the analyses the decision asked for (the canary's, side-by-side slices')."""
+        status, now, due = decision.status, observation.now, decision.candidate_analyses_due
+        try:
+            provider = await self._blocking(self._provider, sdep, url)
+        except SecretError as error:  # an Error verdict: onProviderError applies, not a retry loop
+            analysis = _error(status, now, f"Prometheus auth: {error}") if decision.analysis_due else None
+            slices = {i: _error(status, now, f"Prometheus auth: {error}", i) for i in due}
+            return replace(observation, analysis=analysis, candidate_analyses=slices)
+        analysis = None
+        if decision.analysis_due:
+            analysis = await self._blocking(analyze, provider, sdep, status, now)
+        slices = {i: await self._blocking(analyze_candidate, provider, sdep, status, now, i) for i in due}
+        return replace(observation, analysis=analysis, candidate_analyses=slices)
 
     async def _look(
         self, sdep: SpeculativeDeployment, url: str, status: SpeculativeDeploymentStatus, now: datetime
@@ -212,8 +229,12 @@ class Reconciler:
             if self._routed(sdep) and (decision.route_weight > 0 or decision.holdback_weight > 0):
                 self._set_route_weights(sdep, decision.route_weight, decision.holdback_weight)  # Services exist
             keep = {(m["kind"], m["metadata"]["name"]) for m in wanted}
-            if decision.keep_canary or self._canary_still_selected(sdep, children):
+            still_selected = self._canary_still_selected(sdep, children)
+            if decision.keep_canary or still_selected:
                 keep |= {("Deployment", child_name(sdep, Track.CANARY)), ("Service", child_name(sdep, Track.CANARY))}
+            if still_selected and not decision.candidates:  # the slices ended: they go once the Service left them
+                prefix = f"{child_name(sdep, Track.CANDIDATE)}-"
+                keep |= {("Deployment", name) for name in children.get("Deployment", {}) if name.startswith(prefix)}
             self._delete_unwanted(key, sdep, keep, children)
             self._reconcile_preflight(key, sdep, decision.preflight, children.get("Job", {}))
         for event in decision.events:
@@ -251,6 +272,9 @@ class Reconciler:
                 children.append(deployment(serving, track, target.revision, target.replicas, always_served=always))
                 if routed:
                     children.append(service(sdep, track))
+        for index, target in decision.candidates:
+            serving = sdep.model_copy(update={"spec": sdep.spec.with_serving(target.serving)})
+            children.append(deployment(serving, Track.CANDIDATE, target.revision, target.replicas, candidate=index))
         return children
 
     def _set_route_weights(self, sdep: SpeculativeDeployment, weight: int, holdback_weight: int = 0) -> None:
@@ -344,17 +368,17 @@ class Reconciler:
         return written
 
 
-def _error(status: SpeculativeDeploymentStatus, now: datetime, reason: str) -> Analysis:
-    """An Error verdict for an analysis that could not even ask Prometheus."""
-    assert status.canary_revision is not None
-    return Analysis(
-        time=now,
-        revision=status.canary_revision,
-        step=status.current_step or 0,
-        look=status.analyses + 1,
-        verdict=Verdict.ERROR,
-        reasons=[reason[:1000]],
-    )
+def _error(status: SpeculativeDeploymentStatus, now: datetime, reason: str, candidate: int | None = None) -> Analysis:
+    """An Error verdict for an analysis (of the canary, or of a side-by-side candidate) that could not even ask
+    Prometheus."""
+    if candidate is None:
+        assert status.canary_revision is not None
+        revision, step, look = status.canary_revision, status.current_step or 0, status.analyses + 1
+    else:
+        assert status.experiment is not None
+        measured = next(c for c in status.experiment.candidates if c.index == candidate)
+        revision, step, look = measured.revision, 0, measured.looks + 1
+    return Analysis(time=now, revision=revision, step=step, look=look, verdict=Verdict.ERROR, reasons=[reason[:1000]])
 
 
 def _with_problem(observation: Observation, problem: str) -> Observation:

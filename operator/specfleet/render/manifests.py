@@ -11,15 +11,18 @@ import math
 from typing import Any
 
 from specfleet.api.durations import parse_duration
+from specfleet.api.problems import InvalidSpecError, Problem
 from specfleet.api.resource import API_VERSION, KIND, SpeculativeDeployment
 from specfleet.api.spec import SpeculativeDeploymentSpec, SpeculativeMethod, SpeculativeSpec
 from specfleet.api.vocabulary import (
     ALWAYS_SERVED,
     FIELD_MANAGER,
+    LABEL_CANDIDATE,
     LABEL_NAME,
     LABEL_REVISION,
     LABEL_TRACK,
     LABEL_TRAFFIC,
+    SINGLE_TRACKS,
     Track,
 )
 from specfleet.hardware import NODE_FEATURE_LABEL, PRODUCT_NAME_LABEL
@@ -57,15 +60,21 @@ def revision(spec: SpeculativeDeploymentSpec) -> str:
     return digest[:REVISION_LENGTH]
 
 
-def child_name(sdep: SpeculativeDeployment, track: Track | None = None) -> str:
-    return sdep.metadata.name if track is None else f"{sdep.metadata.name}-{track.value}"
+def child_name(sdep: SpeculativeDeployment, track: Track | None = None, candidate: int | None = None) -> str:
+    """The fleet's Service, a track's Deployment (and Service), or a side-by-side candidate's Deployment."""
+    name = sdep.metadata.name if track is None else f"{sdep.metadata.name}-{track.value}"
+    return name if candidate is None else f"{name}-{candidate}"
 
 
-def selector_labels(sdep: SpeculativeDeployment, track: Track | None = None) -> dict[str, str]:
-    """Labels that select the fleet's pods (one track, or all): never the revision, which changes."""
+def selector_labels(
+    sdep: SpeculativeDeployment, track: Track | None = None, candidate: int | None = None
+) -> dict[str, str]:
+    """Labels that select the fleet's pods (one track, one candidate's slice, or all): never the revision."""
     labels = {LABEL_NAME: sdep.metadata.name}
     if track is not None:
         labels[LABEL_TRACK] = track.value
+    if candidate is not None:
+        labels[LABEL_CANDIDATE] = str(candidate)
     return labels
 
 
@@ -162,13 +171,17 @@ def _volumes(spec: SpeculativeDeploymentSpec) -> list[Manifest]:
     ]
 
 
-def pod_labels(sdep: SpeculativeDeployment, track: Track, rev: str, always_served: bool = False) -> dict[str, str]:
+def pod_labels(
+    sdep: SpeculativeDeployment, track: Track, rev: str, always_served: bool = False, candidate: int | None = None
+) -> dict[str, str]:
     """A track's pod labels; `always_served` marks pods the fleet Service keeps while the canary has no traffic."""
-    labels = {**_common_labels(sdep), **selector_labels(sdep, track), LABEL_REVISION: rev}
+    labels = {**_common_labels(sdep), **selector_labels(sdep, track, candidate), LABEL_REVISION: rev}
     return {**labels, LABEL_TRAFFIC: ALWAYS_SERVED} if always_served else labels
 
 
-def pod_template(sdep: SpeculativeDeployment, track: Track, rev: str, always_served: bool = False) -> Manifest:
+def pod_template(
+    sdep: SpeculativeDeployment, track: Track, rev: str, always_served: bool = False, candidate: int | None = None
+) -> Manifest:
     spec = sdep.spec
     gpus = {spec.accelerator.resource_name: str(spec.gpus_per_replica)}
     argv = vllm_argv(spec)
@@ -207,7 +220,7 @@ def pod_template(sdep: SpeculativeDeployment, track: Track, rev: str, always_ser
     affinity = node_affinity(spec)
     if affinity:
         pod_spec["affinity"] = affinity
-    labels = pod_labels(sdep, track, rev, always_served)
+    labels = pod_labels(sdep, track, rev, always_served, candidate)
     annotations = {
         "prometheus.io/scrape": "true",
         "prometheus.io/port": str(VLLM_PORT),
@@ -217,22 +230,30 @@ def pod_template(sdep: SpeculativeDeployment, track: Track, rev: str, always_ser
 
 
 def deployment(
-    sdep: SpeculativeDeployment, track: Track, rev: str, replicas: int, *, always_served: bool = False
+    sdep: SpeculativeDeployment,
+    track: Track,
+    rev: str,
+    replicas: int,
+    *,
+    always_served: bool = False,
+    candidate: int | None = None,
 ) -> Manifest:
-    """One track's Deployment. Its selector leaves out the revision, so promotion can change it in place."""
-    labels = {**_common_labels(sdep), **selector_labels(sdep, track), LABEL_REVISION: rev}
+    """One track's Deployment (or one side-by-side candidate's). Its selector leaves out the revision, so
+    promotion can change it in place."""
+    selector = selector_labels(sdep, track, candidate)
+    labels = {**_common_labels(sdep), **selector, LABEL_REVISION: rev}
     deadline = int(parse_duration(sdep.spec.rollout.progress_deadline).total_seconds())
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": child_metadata(sdep, child_name(sdep, track), labels),
+        "metadata": child_metadata(sdep, child_name(sdep, track, candidate), labels),
         "spec": {
             "replicas": replicas,
-            "selector": {"matchLabels": selector_labels(sdep, track)},
+            "selector": {"matchLabels": selector},
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "revisionHistoryLimit": 2,
             "progressDeadlineSeconds": deadline,
-            "template": pod_template(sdep, track, rev, always_served),
+            "template": pod_template(sdep, track, rev, always_served, candidate),
         },
     }
 
@@ -280,6 +301,16 @@ def render(sdep: SpeculativeDeployment, track: Track = Track.STABLE) -> list[Man
     status, which only the operator has).
     """
     spec, always = sdep.spec, sdep.spec.holdback_replicas > 0
+    if track is Track.CANDIDATE:
+        if not spec.candidates:
+            raise InvalidSpecError([Problem("spec.autoTune.candidates", "none to render for track candidate")])
+        slices = []
+        for index in range(len(spec.candidates)):
+            tried = spec.candidate_spec(index)
+            shown = sdep.model_copy(update={"spec": tried})
+            replicas = canary_replicas(spec.main_replicas, spec.rollout.steps[0].weight)
+            slices.append(deployment(shown, track, revision(tried), replicas, candidate=index))
+        return [service(sdep), *slices]
     if track is Track.HOLDBACK:
         control = spec.model_copy(
             update={"speculative": SpeculativeSpec(method=SpeculativeMethod.NONE), "auto_tune": None}
@@ -303,7 +334,7 @@ def route_rules(
     Only backendRefs to this fleet's track Services are touched; a rule that sends to the stable Service
     gains a canary (holdback) ref while that track takes traffic and loses it afterwards.
     """
-    names = {track: child_name(sdep, track) for track in Track}
+    names = {track: child_name(sdep, track) for track in SINGLE_TRACKS}
     weights = {Track.CANARY: canary_weight, Track.HOLDBACK: min(holdback_weight, 100 - canary_weight)}
     updated = []
     for rule in rules:

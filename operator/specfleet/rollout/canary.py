@@ -9,13 +9,13 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from specfleet.api.durations import parse_duration
-from specfleet.api.spec import FallbackAction
+from specfleet.api.spec import FallbackAction, SpeculativeDeploymentSpec
 from specfleet.api.status import Analysis, Outcome, Phase, PreflightStatus, Verdict
 from specfleet.api.vocabulary import PROMOTE_FULL, Command, ConditionType
 from specfleet.render.manifests import canary_replicas
 from specfleet.rollout.lifecycle import FRESH_EVIDENCE, abort, fail_canary, promote, step_label
 from specfleet.rollout.state import Pass
-from specfleet.rollout.types import PreflightState
+from specfleet.rollout.types import PreflightState, TrackObservation
 
 Transition = Callable[[Pass], Pass]
 
@@ -23,11 +23,17 @@ CRASHED = "CanaryCrashed"
 """The cause of a pause for crashes (condition reason `CanaryCrashedPaused`)."""
 
 
-def start_canary(p: Pass, desired: str) -> Pass:
+def supersede_canary(p: Pass, desired: str) -> Pass:
+    """A live canary replaced by revision `desired` is recorded as superseded (a promoted one is not)."""
     previous = p.status.canary_revision
     if previous is not None and previous != p.status.stable_revision:
         p = p.recording(Outcome.SUPERSEDED, previous, f"replaced by revision {desired}", of_current_spec=False)
         p = p.with_event("CanarySuperseded", f"canary {previous} replaced by {desired}")
+    return p
+
+
+def start_canary(p: Pass, desired: str) -> Pass:
+    p = supersede_canary(p, desired)
     p = p.with_status(
         canary_revision=desired,
         current_step=0,
@@ -82,9 +88,9 @@ def _abort_if_asked(p: Pass) -> Pass:
     return abort(p.acknowledging(Command.ABORT), Outcome.ABORTED, "aborted by the user")
 
 
-def needs_preflight(p: Pass) -> bool:
-    """Whether the live canary brings a drafter model stable does not serve (another model or revision)."""
-    drafter = p.served_spec(p.status.canary_revision).speculative
+def needs_preflight(p: Pass, spec: SpeculativeDeploymentSpec) -> bool:
+    """Whether `spec` brings a drafter model stable does not serve (another model or revision)."""
+    drafter = spec.speculative
     stable = (p.status.stable_serving or {}).get("speculative") or {}
     assert isinstance(stable, dict)
     serving_now = (stable.get("model"), stable.get("revision"))
@@ -97,9 +103,8 @@ def _preflight(p: Pass) -> Pass:
     revision, now = p.status.canary_revision, p.obs.now
     assert revision is not None
     done = p.status.preflight
-    if (done is not None and done.revision == revision and done.state == PreflightState.PASSED) or not needs_preflight(
-        p
-    ):
+    passed = done is not None and done.revision == revision and done.state == PreflightState.PASSED
+    if passed or not needs_preflight(p, p.served_spec(revision)):
         return p
     seen = p.obs.preflights.get(revision)
     state = seen.state if seen is not None else PreflightState.RUNNING
@@ -143,22 +148,27 @@ def _fail_on_crashes(p: Pass) -> Pass:
         return p.with_status(canary_restarts_accepted=accepted)  # the promote itself is _end_step's
     if canary.revision != status.canary_revision or not canary.crashes:
         return p
-    accepted = status.canary_restarts_accepted
-    new_restarts = canary.restarts - (accepted or 0)
-    limit = p.spec.rollout.guardrails.max_canary_restarts
-    baseline = f"stable pods: {p.obs.stable.restarts} restarts"
-    if canary.oom_kills and (accepted is None or new_restarts > 0):
-        c = canary.oom_kills[0]
-        restart = f" (restart {c.restarts})" if c.restarts else ""
-        reason = f"canary pod {c.pod} container {c.container} was OOMKilled{restart}; {baseline}"
-    elif new_restarts > limit:
-        worst = sorted(canary.crashes, key=lambda c: -c.restarts)[:3]
-        pods = ", ".join(f"pod {c.pod} container {c.container}: {c.restarts}" for c in worst)
-        over = f"over maxCanaryRestarts {limit}"
-        reason = f"canary containers restarted {new_restarts} times, {over} ({pods}); {baseline}"
-    else:
+    reason = crash_reason(p, canary, status.canary_restarts_accepted)
+    if not reason:
         return p
     return fail_canary(p, FallbackAction.ROLLBACK, f"guardrail failed: {reason}", against=True, cause=CRASHED)
+
+
+def crash_reason(p: Pass, track: TrackObservation, accepted: int | None = None, what: str = "canary") -> str:
+    """Why `track`'s crashes fail it (an OOM kill, or restarts over `maxCanaryRestarts` beyond the `accepted`
+    ones), with stable's restarts as the baseline; empty when they do not."""
+    new_restarts = track.restarts - (accepted or 0)
+    limit = p.spec.rollout.guardrails.max_canary_restarts
+    baseline = f"stable pods: {p.obs.stable.restarts} restarts"
+    if track.oom_kills and (accepted is None or new_restarts > 0):
+        c = track.oom_kills[0]
+        restart = f" (restart {c.restarts})" if c.restarts else ""
+        return f"{what} pod {c.pod} container {c.container} was OOMKilled{restart}; {baseline}"
+    if new_restarts > limit:
+        worst = sorted(track.crashes, key=lambda c: -c.restarts)[:3]
+        pods = ", ".join(f"pod {c.pod} container {c.container}: {c.restarts}" for c in worst)
+        return f"{what} containers restarted {new_restarts} times, over maxCanaryRestarts {limit} ({pods}); {baseline}"
+    return ""
 
 
 def _wanted(p: Pass) -> int:

@@ -13,7 +13,7 @@ from specfleet.api.vocabulary import Command, ConditionType, command_target
 from specfleet.autotune.candidates import base_spec
 from specfleet.render.manifests import canary_replicas, revision
 from specfleet.rollout.canary import progress_canary, start_canary
-from specfleet.rollout.experiment import run_experiment
+from specfleet.rollout.experiment import run_experiment, slice_replicas
 from specfleet.rollout.holdback import holdback_target, holdback_weight, keep_holdback
 from specfleet.rollout.lifecycle import drain, retire_canary
 from specfleet.rollout.state import Pass
@@ -202,6 +202,7 @@ def _with_replica_counts(p: Pass) -> Pass:
     obs = p.obs
     has_canary = p.status.canary_revision is not None or p.status.retiring_revision is not None
     stable_ready, canary_ready = obs.stable.ready, obs.canary.ready if has_canary else 0
+    canary_ready += sum(ready for _, ready in _serving_slices(p))
     holdback_ready = obs.holdback.ready if p.status.holdback is not None else 0
     total_ready = stable_ready + canary_ready + holdback_ready
     weight = round(100 * canary_ready / total_ready) if p.canary_traffic and total_ready else 0
@@ -231,6 +232,29 @@ def _route_weight(p: Pass) -> int:
     return steps[index].weight
 
 
+def _slice_targets(p: Pass) -> tuple[tuple[int, TrackTarget], ...]:
+    """The side-by-side candidates' Deployments this pass keeps (see `rollout.experiment`)."""
+    experiment = p.status.experiment
+    if experiment is None:
+        return ()
+    replicas = slice_replicas(p.spec)
+    by_index = {c.index: c for c in experiment.candidates}
+    return tuple(
+        (i, TrackTarget(by_index[i].revision, p.served_spec(by_index[i].revision).serving(), replicas))
+        for i in p.slices
+    )
+
+
+def _serving_slices(p: Pass) -> list[tuple[int, int]]:
+    """(index, Ready pods at its revision) of each side-by-side slice kept this pass."""
+    experiment = p.status.experiment
+    if experiment is None or not p.slices:
+        return []
+    revisions = {c.index: c.revision for c in experiment.candidates}
+    seen = p.obs.candidates
+    return [(i, seen[i].ready) for i in p.slices if i in seen and seen[i].revision == revisions.get(i)]
+
+
 def _canary_target(p: Pass) -> tuple[TrackTarget | None, int]:
     """The canary track's target and the stable replicas beside it.
 
@@ -239,6 +263,9 @@ def _canary_target(p: Pass) -> tuple[TrackTarget | None, int]:
     on top of `replicas`.
     """
     spec, status, obs, total = p.spec, p.status, p.obs, p.spec.main_replicas
+    if p.slices:  # stable gives way to the Ready pods of side-by-side slices, as it does to a canary's
+        slice_pods = sum(min(ready, slice_replicas(spec)) for _, ready in _serving_slices(p))
+        return None, max(1, total - slice_pods)
     if status.canary_revision is None or p.preflight_wanted:
         return None, total
     config = p.served_spec(status.canary_revision).serving()
@@ -267,7 +294,7 @@ def _finish(p: Pass) -> Decision:
         status=final.status,
         stable=TrackTarget(status.stable_revision, status.stable_serving, stable_replicas),
         canary=canary_target,
-        canary_traffic=p.canary_traffic and (canary_target is not None or keep),
+        canary_traffic=p.canary_traffic and (canary_target is not None or keep or bool(p.slices)),
         events=p.events,
         requeue_after=max(wake, timedelta(0)) if wake is not None else None,
         done_commands=tuple(k for k in obs.commands if k in final.status.acknowledged_commands),
@@ -276,6 +303,8 @@ def _finish(p: Pass) -> Decision:
         route_weight=_route_weight(p),
         keep_canary=keep,
         preflight=_preflight_target(p),
+        candidates=_slice_targets(p),
+        candidate_analyses_due=p.candidate_analyses_due,
         holdback=holdback,
         holdback_traffic=holdback is not None and obs.stable.always_served,
         holdback_weight=holdback_weight(p) if holdback is not None else 0,

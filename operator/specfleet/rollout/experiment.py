@@ -1,23 +1,52 @@
-"""An experiment over `spec.autoTune.candidates`: measure each candidate as a canary, then canary the best.
+"""An experiment over `spec.autoTune.candidates`: measure every candidate beside stable, then canary the best.
 
-The candidates go one after another through the canary track. Each is a canary of its own revision at the
-first step's weight, judged by every guardrail as any canary is; once that step is over (its pause and a
-passing analysis) its measurements go into `status.experiment` and it leaves. A candidate that fails a
-guardrail, its preflight or its deadline is marked Failed and the next one starts. When all are done the
-winner (see `autotune.candidates.choose`) is canaried through all the steps under the experiment's
-revision, and promoted as any canary; if none beats stable, stable stays and the revision is held.
+Side by side, when the replicas permit: every candidate gets its own slice (`<name>-candidate-<i>`, the
+first step's share of the replicas) at once, serves its share of the fleet's traffic (the fleet Service
+spreads requests over every Ready pod, so per-pod load is comparable) and is judged by every guardrail
+against stable over the same windows. A slice is measured once a passing analysis covers a whole window
+since its pods were all Ready; it keeps serving until every slice is done, so the others keep their load.
+A slice that crashes, fails a guardrail, is not Ready within the progress deadline or gives no conclusive
+analysis within `onNoData.after` past its first window fails and goes at once.
+
+One after another, otherwise (one candidate to measure, no Prometheus, an HTTPRoute, a new drafter that
+its preflight must check first, or too few replicas): each candidate is a canary of its own revision at
+the first step's weight, measured over that step, then leaves; status.experiment.mode says why.
+
+When all are done the winner (see `autotune.candidates.choose`) is canaried through all the steps under
+the experiment's revision, and promoted as any canary; if none beats stable, stable stays and the
+revision is held.
 """
 
-from specfleet.api.status import CandidateResult, CandidateState, ExperimentStatus, Outcome, Phase, Verdict
+from datetime import datetime
+
+from specfleet.api.durations import parse_duration
+from specfleet.api.spec import SpeculativeDeploymentSpec
+from specfleet.api.status import (
+    Analysis,
+    CandidateResult,
+    CandidateState,
+    ExperimentStatus,
+    Outcome,
+    Phase,
+    Verdict,
+)
 from specfleet.api.vocabulary import Command, ConditionType
-from specfleet.autotune.candidates import Score, candidate_spec, choose, depth
-from specfleet.render.manifests import revision
-from specfleet.rollout.canary import progress_canary, start_canary
+from specfleet.autotune.candidates import Score, choose, depth
+from specfleet.render.manifests import canary_replicas, revision
+from specfleet.rollout.canary import (
+    crash_reason,
+    needs_preflight,
+    progress_canary,
+    start_canary,
+    supersede_canary,
+)
 from specfleet.rollout.lifecycle import abort, retire_canary
 from specfleet.rollout.state import Pass
 from specfleet.rollout.tuning import drafter_of, with_points
+from specfleet.rollout.types import TrackObservation
 
-MODE = "sequential: one candidate after another on the canary track, each at the first step's weight"
+SEQUENTIAL = "one after another on the canary track, each at the first step's weight"
+SIDE_BY_SIDE = "side by side: each candidate on its own slice of {replicas} beside stable, over the same windows"
 
 
 def run_experiment(p: Pass, desired: str) -> Pass:
@@ -25,11 +54,19 @@ def run_experiment(p: Pass, desired: str) -> Pass:
     the chosen one."""
     experiment = p.status.experiment
     if experiment is None or experiment.revision != desired:
-        return _next_candidate(_start(p, desired))
+        p = _start(p, desired)
+        assert p.status.experiment is not None
+        if not p.status.experiment.side_by_side:
+            return _next_candidate(p)
+        if p.status.canary_revision is not None:  # the slices replace it: it drains first (see lifecycle.drain)
+            p = retire_canary(supersede_canary(p, desired))
+        return _measure_slices(p)
     if experiment.chosen is not None:
         if p.status.canary_revision != desired:
             return progress_canary(start_canary(p, desired))
         return progress_canary(p)
+    if experiment.side_by_side:
+        return _measure_slices(p)
     live = _live(p)
     if live is None or p.status.canary_revision != live.revision:
         return _next_candidate(p)
@@ -37,7 +74,7 @@ def run_experiment(p: Pass, desired: str) -> Pass:
         return _abort(p.acknowledging(Command.ABORT), "aborted by the user")
     p = progress_canary(p.but(measuring=True))
     if p.measured:
-        return _next_candidate(retire_canary(_measured(p, live)))
+        return _next_candidate(retire_canary(_measured(p, live, p.status.last_analysis)))
     if p.status.canary_revision is None:  # the candidate was rolled back or aborted
         reason = p.status.history[-1].reason if p.status.history else "ended"
         p = _mark(p, live.index, state=CandidateState.FAILED, reason=reason[:1024])
@@ -49,7 +86,7 @@ def _start(p: Pass, desired: str) -> Pass:
     assert p.spec.auto_tune is not None
     candidates = []
     for index in range(len(p.spec.auto_tune.candidates)):
-        spec = candidate_spec(p.spec, index)
+        spec = p.spec.candidate_spec(index)
         same = spec.serving() == p.status.stable_serving
         candidates.append(
             CandidateResult(
@@ -61,14 +98,49 @@ def _start(p: Pass, desired: str) -> Pass:
                 token_latency_ratio=1.0 if same else None,
             )
         )
-    experiment = ExperimentStatus(revision=desired, mode=MODE, candidates=candidates, started_at=p.obs.now)
+    why_not = _one_after_another_because(p, [c for c in candidates if c.state is CandidateState.PENDING])
+    if why_not:
+        mode = f"{SEQUENTIAL} ({why_not})"
+    else:
+        replicas = slice_replicas(p.spec)
+        mode = SIDE_BY_SIDE.format(replicas=f"{replicas} replica{'s' if replicas > 1 else ''}")
+        pending = CandidateState.PENDING
+        candidates = [
+            c.model_copy(update={"state": CandidateState.MEASURING, "started_at": p.obs.now})
+            if c.state is pending
+            else c
+            for c in candidates
+        ]
+    experiment = ExperimentStatus(
+        revision=desired, mode=mode, side_by_side=not why_not, candidates=candidates, started_at=p.obs.now
+    )
     p = p.with_status(experiment=experiment)
-    return p.with_event("ExperimentStarted", f"revision {desired}: {len(candidates)} candidates, {MODE}")
+    return p.with_event("ExperimentStarted", f"revision {desired}: {len(candidates)} candidates, {mode}")
+
+
+def slice_replicas(spec: SpeculativeDeploymentSpec) -> int:
+    """Replicas of one side-by-side candidate: the first step's share, as a sequential candidate gets."""
+    return canary_replicas(spec.main_replicas, spec.rollout.steps[0].weight)
+
+
+def _one_after_another_because(p: Pass, pending: list[CandidateResult]) -> str:
+    """Why the candidates cannot be measured side by side; empty when they can."""
+    replicas, total = slice_replicas(p.spec), p.spec.main_replicas
+    if len(pending) < 2:
+        return "one candidate to measure"
+    if not p.obs.guarded:
+        return "no Prometheus to measure them with"
+    if p.obs.routed:
+        return "an HTTPRoute splits the traffic and has no backend per candidate"
+    if len(pending) * replicas >= total:
+        return f"{len(pending)} slices of {replicas} would leave stable none of its {total} replicas"
+    if any(needs_preflight(p, p.spec.candidate_spec(c.index)) for c in pending):
+        return "a new drafter is checked by its preflight before it serves"
+    return ""
 
 
 def _live(p: Pass) -> CandidateResult | None:
-    assert p.status.experiment is not None
-    return next((c for c in p.status.experiment.candidates if c.state is CandidateState.MEASURING), None)
+    return next(iter(_measuring(p)), None)
 
 
 def _mark(p: Pass, index: int, **changes: object) -> Pass:
@@ -78,9 +150,8 @@ def _mark(p: Pass, index: int, **changes: object) -> Pass:
     return p.with_status(experiment=experiment.model_copy(update={"candidates": candidates}))
 
 
-def _measured(p: Pass, live: CandidateResult) -> Pass:
-    """The candidate's step is over: keep its last passing analysis (canary and stable, same window)."""
-    last = p.status.last_analysis
+def _measured(p: Pass, live: CandidateResult, last: Analysis | None) -> Pass:
+    """The candidate's measurement is over: keep its last passing analysis (candidate and stable, same window)."""
     if last is None or last.revision != live.revision or last.verdict is not Verdict.PASS:
         return _mark(p, live.index, state=CandidateState.FAILED, reason="no passing analysis: not measured")
     canary, stable = last.canary, last.stable
@@ -165,16 +236,29 @@ def _keep_stable(p: Pass) -> Pass:
 
 
 def _abort(p: Pass, reason: str) -> Pass:
-    """The whole experiment ends: the live candidate retires, the experiment's revision is held."""
-    live = _live(p)
-    if live is not None:
-        p = _mark(p, live.index, state=CandidateState.FAILED, reason=reason)
-    p = abort(p, Outcome.ABORTED, reason)
+    """The whole experiment ends: the live candidate retires (side by side: the slices go), the experiment's
+    revision is held."""
+    experiment = p.status.experiment
+    assert experiment is not None
+    for candidate in _measuring(p):
+        p = _mark(p, candidate.index, state=CandidateState.FAILED, reason=reason)
+    if experiment.side_by_side:
+        p = p.recording(Outcome.ABORTED, experiment.revision, reason, of_current_spec=False)
+        p = p.with_event("Aborted", f"experiment {experiment.revision}: {reason}", warning=True)
+        p = p.in_phase(Phase.ABORTED, False, Outcome.ABORTED.value, reason)
+    else:
+        p = abort(p, Outcome.ABORTED, reason)
     experiment = p.status.experiment
     assert experiment is not None
     return p.with_status(
         rejected_revision=experiment.revision, experiment=experiment.model_copy(update={"ended_at": p.obs.now})
     )
+
+
+def _measuring(p: Pass) -> list[CandidateResult]:
+    """The candidates being measured (one after another: the live one; side by side: every live slice)."""
+    assert p.status.experiment is not None
+    return [c for c in p.status.experiment.candidates if c.state is CandidateState.MEASURING]
 
 
 def _say_which(p: Pass, live: CandidateResult) -> Pass:
@@ -187,3 +271,88 @@ def _say_which(p: Pass, live: CandidateResult) -> Pass:
     started = sum(c.state is not CandidateState.PENDING for c in experiment.candidates)
     which = f"candidate {live.index} ({live.summary}), {started}/{len(experiment.candidates)} started"
     return p.in_phase(Phase.PROGRESSING, True, "Experiment", f"{which}: {condition.message}"[:1024])
+
+
+def _measure_slices(p: Pass) -> Pass:
+    """One pass of a side-by-side experiment: wait for, judge, measure or fail each live slice; choose once
+    none is left. No canary is live meanwhile, so an abort is for the experiment."""
+    if p.pending(Command.ABORT) is not None:
+        return _abort(p.acknowledging(Command.ABORT), "aborted by the user")
+    for candidate in _measuring(p):
+        p = _look_at_slice(p, candidate)
+    p = _when_to_measure(p)
+    live = _measuring(p)
+    if not live:
+        return _choose(p)
+    experiment = p.status.experiment
+    assert experiment is not None
+    serving = tuple(
+        c.index for c in experiment.candidates if c.state in (CandidateState.MEASURING, CandidateState.MEASURED)
+    )
+    ready = sum(c.ready_at is not None for c in live)
+    message = f"{len(live)} of {len(experiment.candidates)} candidates measuring side by side, {ready} of them Ready"
+    return p.but(canary_traffic=True, slices=serving).in_phase(Phase.PROGRESSING, True, "Experiment", message)
+
+
+def _look_at_slice(p: Pass, candidate: CandidateResult) -> Pass:
+    """One slice: failed by its crashes or its deadline, waited for until Ready (and a replaced canary has
+    drained), then judged by its fresh analysis, if any."""
+    spec, now = p.spec, p.obs.now
+    seen = p.obs.candidates.get(candidate.index, TrackObservation())
+    own = seen.revision == candidate.revision
+    crashed = crash_reason(p, seen, what=f"candidate {candidate.index}") if own else ""
+    if crashed:
+        return _fail_slice(p, candidate, f"guardrail failed: {crashed}")
+    if not own or seen.ready < slice_replicas(spec) or p.status.retiring_revision is not None:
+        deadline = (candidate.started_at or now) + parse_duration(spec.rollout.progress_deadline)
+        if now >= deadline:
+            detail = f": {seen.unschedulable}" if seen.unschedulable else ""
+            return _fail_slice(p, candidate, f"not Ready within {spec.rollout.progress_deadline}{detail}")
+        return _mark(p, candidate.index, ready_at=None).waking_at(deadline)
+    ready_at = candidate.ready_at or now
+    p = _mark(p, candidate.index, ready_at=ready_at)
+    analysis = p.obs.candidate_analyses.get(candidate.index)
+    if analysis is None or analysis.revision != candidate.revision:
+        return p
+    looks = candidate.looks + (analysis.verdict is not Verdict.ERROR)
+    p = _mark(p, candidate.index, looks=looks, looked_at=analysis.time, reason="; ".join(analysis.reasons)[:1024])
+    if analysis.verdict is Verdict.FAIL:
+        return _fail_slice(p, candidate, f"guardrail failed: {'; '.join(analysis.reasons)}")
+    if analysis.verdict is Verdict.PASS and _covers_a_window(p, analysis, ready_at):
+        return _measured(p, candidate, analysis)
+    return p
+
+
+def _when_to_measure(p: Pass) -> Pass:
+    """The live slices are analysed together, once the last of them has been Ready for a whole window (so
+    each reads the same window), then every interval; `onNoData.after` past that first window, the ones
+    still without a passing analysis fail."""
+    live = _measuring(p)
+    if not live or any(c.ready_at is None for c in live):
+        return p  # a slice still starting (within its deadline) holds the others' first window
+    settings, now = p.spec.rollout.analysis, p.obs.now
+    first = max(c.ready_at for c in live if c.ready_at is not None) + parse_duration(settings.window)
+    give_up = first + parse_duration(settings.on_no_data.after)
+    if now >= give_up:
+        for candidate in live:
+            last = candidate.reason or "no analysis"
+            p = _fail_slice(p, candidate, f"no passing analysis within {settings.on_no_data.after}: {last}")
+        return p
+    looked = [c.looked_at for c in live if c.looked_at is not None]
+    due = max(first, max(looked) + parse_duration(settings.interval)) if looked else first
+    if now >= due:
+        p = p.but(candidate_analyses_due=tuple(c.index for c in live))
+    return p.waking_at(max(due, now)).waking_at(give_up)
+
+
+def _covers_a_window(p: Pass, analysis: Analysis, ready_at: datetime) -> bool:
+    """The analysis reads a whole window, all of it from after the slice's pods were Ready."""
+    window = parse_duration(p.spec.rollout.analysis.window).total_seconds()
+    span = analysis.evidence_seconds or 0
+    return span >= window and analysis.time.timestamp() - span >= ready_at.timestamp()
+
+
+def _fail_slice(p: Pass, candidate: CandidateResult, reason: str) -> Pass:
+    """The slice cannot win: marked Failed, its Deployment goes at once (it no longer counts for the others)."""
+    p = _mark(p, candidate.index, state=CandidateState.FAILED, reason=reason[:1024])
+    return p.with_event("CandidateFailed", f"candidate {candidate.index} ({candidate.summary}): {reason}", warning=True)

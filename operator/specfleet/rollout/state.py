@@ -46,6 +46,10 @@ class Pass:
     """The measuring candidate's step is over (pause and a passing analysis, or a promote)."""
     preflight_wanted: bool = False
     """The live canary waits for its preflight Job: no canary Deployment until it passes."""
+    candidate_analyses_due: tuple[int, ...] = ()
+    """Side-by-side candidates whose analysis is due."""
+    slices: tuple[int, ...] = ()
+    """Side-by-side candidates whose Deployments stay this pass (measuring, or measured and still serving)."""
 
     def but(self, **changes: Any) -> "Pass":
         return replace(self, **changes)

@@ -83,6 +83,10 @@ class Observation:
     """A fresh measurement of the stable track while Healthy (set by the shell when one was due)."""
     preflights: Mapping[str, "PreflightObservation"] = field(default_factory=dict)
     """The fleet's preflight Jobs, by the revision they check."""
+    candidates: Mapping[int, TrackObservation] = field(default_factory=dict)
+    """The side-by-side candidates' Deployments, by candidate index."""
+    candidate_analyses: Mapping[int, Analysis] = field(default_factory=dict)
+    """Fresh analyses of side-by-side candidates (set by the shell for those that were due)."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +137,10 @@ class Decision:
     the always-served label); False selects stable alone then."""
     holdback_weight: int = 0
     """The holdback's HTTPRoute weight (percent)."""
+    candidates: tuple[tuple[int, TrackTarget], ...] = ()
+    """The side-by-side candidates' Deployments (index, target); any other candidate Deployment goes."""
+    candidate_analyses_due: tuple[int, ...] = ()
+    """Side-by-side candidates to measure before the next decision."""
     keep_canary: bool = False
     """With `canary` None: leave the canary Deployment (and its Service) as they are, a retiring canary
     draining; it is deleted by a later decision."""
