@@ -7,8 +7,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from specfleet.api.resource import SpeculativeDeployment
-from specfleet.api.status import SpeculativeDeploymentStatus, Verdict
-from specfleet.controller.analysis import analyze
+from specfleet.api.status import (
+    CandidateResult,
+    CandidateState,
+    ExperimentStatus,
+    SpeculativeDeploymentStatus,
+    Verdict,
+)
+from specfleet.controller.analysis import analyze, analyze_candidate
 from specfleet.metrics.prometheus import ProviderError
 
 from bad_specs import BASE, merged
@@ -35,7 +41,7 @@ class Answers:
         self.missing = missing
         """Metrics Prometheus has no series of (an empty answer, or NaN: both reach the judge as None)."""
         self.seen_for = seen_for or {}
-        """Seconds since each track's youngest pod was first scraped (scraped every 5 s; an hour if not told)."""
+        """Seconds since the youngest pod of each track (or revision) was first scraped (every 5 s; else an hour)."""
 
     def scalar(self, query: str, at: float | None = None) -> float | None:
         self.queries.append(query)
@@ -43,11 +49,11 @@ class Answers:
         if self.fail:
             raise ProviderError("Prometheus at http://x: connection refused")
         if "timestamp(" in query:
-            track = "canary" if 'specfleet_io_track="canary"' in query else "stable"
+            named = [key for key in self.seen_for if f'="{key}"' in query]
             if "count_over_time" in query:
                 return 5.0  # the scrape interval
             lookback = float(query.split("[")[1].split("s")[0])
-            return NOW.timestamp() - min(self.seen_for.get(track, 3600.0), lookback)
+            return NOW.timestamp() - min(self.seen_for[named[0]] if named else 3600.0, lookback)
         if any(metric in query for metric in self.missing):
             return None
         if "num_requests_waiting" in query:
@@ -153,3 +159,18 @@ def test_missing_queue_kv_and_preemption_series_change_nothing_when_no_limit_is_
     _, analysis = run(Answers(missing=missing))
     assert analysis.verdict is Verdict.PASS, analysis.reasons
     assert analysis.canary.kv_cache_usage_mean is None and analysis.canary.preemptions_per_second is None
+
+
+def test_side_by_side_slices_read_one_range_cut_by_the_youngest_pod_of_any_of_them() -> None:
+    """Slice k3's pods were first scraped 20 s ago: slice k2's analysis, in the same pass, reads 15 s too."""
+    ready = NOW - timedelta(minutes=5)
+    slices = [
+        CandidateResult(index=i, revision=r, state=CandidateState.MEASURING, ready_at=ready, looks=2)
+        for i, r in enumerate(("k2", "k3"))
+    ]
+    status = STATUS.model_copy(update={"experiment": ExperimentStatus(revision="e1", candidates=slices)})
+    sdep = SpeculativeDeployment.from_mapping(BASE)
+    answers = Answers(seen_for={"k3": 20.0})
+    analysis = analyze_candidate(answers, sdep, status, NOW, 0)
+    assert (analysis.revision, analysis.look, analysis.evidence_seconds) == ("k2", 3, 15)
+    assert any('specfleet_io_track="candidate"' in q and '"k2"' in q for q in answers.queries)

@@ -7,7 +7,7 @@ from datetime import datetime
 from specfleet.api.durations import parse_duration
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.spec import SpeculativeMethod
-from specfleet.api.status import Analysis, SpeculativeDeploymentStatus, Verdict
+from specfleet.api.status import Analysis, CandidateState, SpeculativeDeploymentStatus, Verdict
 from specfleet.api.vocabulary import Track
 from specfleet.controller.metrics import ANALYSES, ANALYSIS_SECONDS
 from specfleet.judge import TrackEvidence, judge, measurements
@@ -108,11 +108,15 @@ def analyze_candidate(
     now: datetime,
     index: int,
 ) -> Analysis:
-    """Blocking: one side-by-side candidate's slice against stable, over the window since its pods were all Ready."""
+    """Blocking: one side-by-side candidate's slice against stable. Every live slice reads the same range: since
+    the last of them was Ready, cut where the youngest pod of any of them (or stable) was first scraped."""
     assert status.experiment is not None
     candidate = next(c for c in status.experiment.candidates if c.index == index)
-    since, look = candidate.ready_at, candidate.looks + 1
-    return _analyze(provider, sdep, status, now, Track.CANDIDATE, candidate.revision, since, look, 0)
+    live = [c for c in status.experiment.candidates if c.state is CandidateState.MEASURING and c.ready_at]
+    since = max((c.ready_at for c in live if c.ready_at), default=candidate.ready_at)
+    beside = tuple(c.revision for c in live if c.index != index)
+    look = candidate.looks + 1
+    return _analyze(provider, sdep, status, now, Track.CANDIDATE, candidate.revision, since, look, 0, beside)
 
 
 def _analyze(
@@ -125,17 +129,20 @@ def _analyze(
     since: datetime | None,
     look: int,
     step: int,
+    beside: tuple[str, ...] = (),
 ) -> Analysis:
+    """`beside`: revisions of other slices of `track` measured with this one, whose pods cut the range too."""
     assert status.stable_revision is not None
     meta, spec = sdep.metadata, sdep.spec
     measured = promql.TrackSelector(meta.namespace, meta.name, track.value, revision)
     stable = promql.TrackSelector(meta.namespace, meta.name, Track.STABLE.value, status.stable_revision)
+    others = tuple(promql.TrackSelector(meta.namespace, meta.name, track.value, r) for r in beside)
     seconds = evidence_seconds(sdep, since, now)
     base = {"time": now, "revision": revision, "step": step, "look": look, "evidence_seconds": round(seconds)}
     with ANALYSIS_SECONDS.time():
         try:
             at = now.timestamp()
-            seconds = scraped_seconds(provider, (measured, stable), seconds, at)
+            seconds = scraped_seconds(provider, (measured, stable, *others), seconds, at)
             measured_evidence = evidence(provider, measured, seconds, at)
             stable_evidence = evidence(provider, stable, seconds, at)
         except ProviderError as error:
