@@ -14,7 +14,7 @@ from specfleet.api.status import (
     SpeculativeDeploymentStatus,
     Verdict,
 )
-from specfleet.controller.analysis import analyze, analyze_candidates
+from specfleet.controller.analysis import analyze, analyze_candidate
 from specfleet.metrics.prometheus import ProviderError
 
 from bad_specs import BASE, merged
@@ -171,6 +171,6 @@ def test_side_by_side_slices_read_one_range_cut_by_the_youngest_pod_of_any_of_th
     status = STATUS.model_copy(update={"experiment": ExperimentStatus(revision="e1", candidates=slices)})
     sdep = SpeculativeDeployment.from_mapping(BASE)
     answers = Answers(seen_for={"k3": 20.0})
-    analysis = analyze_candidates(answers, sdep, status, NOW, (0,))[0]
+    analysis = analyze_candidate(answers, sdep, status, NOW, 0)
     assert (analysis.revision, analysis.look, analysis.evidence_seconds) == ("k2", 3, 15)
     assert any('specfleet_io_track="candidate"' in q and '"k2"' in q for q in answers.queries)

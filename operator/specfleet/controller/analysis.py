@@ -3,7 +3,6 @@
 import math
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
 
 from specfleet.api.durations import parse_duration
 from specfleet.api.resource import SpeculativeDeployment
@@ -97,29 +96,27 @@ def analyze(
 ) -> Analysis:
     """Blocking: the live canary against stable. Prometheus failures become an Error verdict, never an exception."""
     assert status.canary_revision is not None
-    measured = {status.canary_revision: (status.analyses + 1, status.current_step or 0)}
     since = status.evidence_since or status.step_ready_at
-    return _analyze(provider, sdep, status, now, Track.CANARY, measured, since)[status.canary_revision]
+    look, step = status.analyses + 1, status.current_step or 0
+    return _analyze(provider, sdep, status, now, Track.CANARY, status.canary_revision, since, look, step)
 
 
-def analyze_candidates(
+def analyze_candidate(
     provider: MetricsProvider,
     sdep: SpeculativeDeployment,
     status: SpeculativeDeploymentStatus,
     now: datetime,
-    indexes: tuple[int, ...],
-) -> dict[int, Analysis]:
-    """Blocking: side-by-side candidates' slices against stable, by index. They read one range (since the last
-    live slice was Ready, cut where the youngest pod of any of them or of stable was first scraped) and one
-    reading of stable."""
+    index: int,
+) -> Analysis:
+    """Blocking: one side-by-side candidate's slice against stable. Every live slice reads the same range: since
+    the last of them was Ready, cut where the youngest pod of any of them (or stable) was first scraped."""
     assert status.experiment is not None
-    by_index = {c.index: c for c in status.experiment.candidates}
+    candidate = next(c for c in status.experiment.candidates if c.index == index)
     live = [c for c in status.experiment.candidates if c.state is CandidateState.MEASURING and c.ready_at]
-    since = max((c.ready_at for c in live if c.ready_at), default=None)
-    measured = {by_index[i].revision: (by_index[i].looks + 1, 0) for i in indexes}
-    beside = tuple(c.revision for c in live if c.revision not in measured)
-    found = _analyze(provider, sdep, status, now, Track.CANDIDATE, measured, since, beside)
-    return {i: found[by_index[i].revision] for i in indexes}
+    since = max((c.ready_at for c in live if c.ready_at), default=candidate.ready_at)
+    beside = tuple(c.revision for c in live if c.index != index)
+    look = candidate.looks + 1
+    return _analyze(provider, sdep, status, now, Track.CANDIDATE, candidate.revision, since, look, 0, beside)
 
 
 def _analyze(
@@ -128,60 +125,42 @@ def _analyze(
     status: SpeculativeDeploymentStatus,
     now: datetime,
     track: Track,
-    measured: dict[str, tuple[int, int]],
+    revision: str,
     since: datetime | None,
+    look: int,
+    step: int,
     beside: tuple[str, ...] = (),
-) -> dict[str, Analysis]:
-    """Each revision of `track` in `measured` (-> its look and step) judged against stable over one range;
-    `beside`: revisions of `track` measured with them elsewhere, whose pods cut the range too."""
+) -> Analysis:
+    """`beside`: revisions of other slices of `track` measured with this one, whose pods cut the range too."""
     assert status.stable_revision is not None
-    meta = sdep.metadata
-    selectors = {r: promql.TrackSelector(meta.namespace, meta.name, track.value, r) for r in (*measured, *beside)}
+    meta, spec = sdep.metadata, sdep.spec
+    measured = promql.TrackSelector(meta.namespace, meta.name, track.value, revision)
     stable = promql.TrackSelector(meta.namespace, meta.name, Track.STABLE.value, status.stable_revision)
+    others = tuple(promql.TrackSelector(meta.namespace, meta.name, track.value, r) for r in beside)
     seconds = evidence_seconds(sdep, since, now)
-    bases = {
-        r: {"time": now, "revision": r, "step": step, "look": look, "evidence_seconds": round(seconds)}
-        for r, (look, step) in measured.items()
-    }
+    base = {"time": now, "revision": revision, "step": step, "look": look, "evidence_seconds": round(seconds)}
     with ANALYSIS_SECONDS.time():
         try:
             at = now.timestamp()
-            seconds = scraped_seconds(provider, (*selectors.values(), stable), seconds, at)
-            found = {r: evidence(provider, selectors[r], seconds, at) for r in measured}
+            seconds = scraped_seconds(provider, (measured, stable, *others), seconds, at)
+            measured_evidence = evidence(provider, measured, seconds, at)
             stable_evidence = evidence(provider, stable, seconds, at)
         except ProviderError as error:
-            ANALYSES.labels(Verdict.ERROR.value).inc(len(measured))
-            return {
-                r: Analysis(**base, verdict=Verdict.ERROR, reasons=[str(error)[:MAX_REASON]])
-                for r, base in bases.items()
-            }
-    return {
-        r: _judged(sdep, status, {**bases[r], "evidence_seconds": round(seconds)}, found[r], stable_evidence)
-        for r in measured
-    }
-
-
-def _judged(
-    sdep: SpeculativeDeployment,
-    status: SpeculativeDeploymentStatus,
-    base: dict[str, Any],
-    measured: TrackEvidence,
-    stable: TrackEvidence,
-) -> Analysis:
-    """The judge's verdict on one measured revision's evidence against stable's."""
-    spec = sdep.spec
-    drafter = served_spec(spec, status, base["revision"]).speculative
+            ANALYSES.labels(Verdict.ERROR.value).inc()
+            return Analysis(**base, verdict=Verdict.ERROR, reasons=[str(error)[:MAX_REASON]])
+    base["evidence_seconds"] = round(seconds)
+    drafter = served_spec(spec, status, revision).speculative
     serving = (status.stable_serving or {}).get("speculative") or {}
     assert isinstance(serving, dict)
     result = judge(
         spec.rollout.guardrails,
-        measured,
-        stable,
+        measured_evidence,
+        stable_evidence,
         speculative=drafter.method is not SpeculativeMethod.NONE,
         same_drafter=(drafter.method.value, drafter.model, drafter.revision)
         == (serving.get("method"), serving.get("model"), serving.get("revision")),
         confidence=spec.rollout.analysis.confidence,
-        look=base["look"],
+        look=look,
     )
     ANALYSES.labels(result.verdict.value).inc()
     return Analysis(

@@ -25,7 +25,7 @@ from urllib3.exceptions import HTTPError
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.status import Analysis, SpeculativeDeploymentStatus, Verdict
 from specfleet.api.vocabulary import LABEL_TRACK, LABEL_TRAFFIC, SINGLE_TRACKS, Track
-from specfleet.controller.analysis import analyze, analyze_candidates, measure_fleet
+from specfleet.controller.analysis import analyze, analyze_candidate, measure_fleet
 from specfleet.controller.kube import Kube, SecretError
 from specfleet.controller.metrics import RECONCILE_SECONDS, RECONCILES, TRANSITIONS
 from specfleet.controller.queue import WorkQueue
@@ -177,7 +177,7 @@ class Reconciler:
         analysis = None
         if decision.analysis_due:
             analysis = await self._blocking(analyze, provider, sdep, status, now)
-        slices = await self._blocking(analyze_candidates, provider, sdep, status, now, due) if due else {}
+        slices = {i: await self._blocking(analyze_candidate, provider, sdep, status, now, i) for i in due}
         return replace(observation, analysis=analysis, candidate_analyses=slices)
 
     async def _look(

@@ -294,11 +294,6 @@ def canary_replicas(total: int, weight: int) -> int:
     return max(1, round(total * weight / 100))
 
 
-def first_step_replicas(spec: SpeculativeDeploymentSpec) -> int:
-    """A canary's replicas at its first step, and each side-by-side candidate's slice."""
-    return canary_replicas(spec.main_replicas, spec.rollout.steps[0].weight)
-
-
 def render(sdep: SpeculativeDeployment, track: Track = Track.STABLE) -> list[Manifest]:
     """Everything one track needs, as `specfleet render` prints it: Service(s) and the Deployment.
 
@@ -313,7 +308,8 @@ def render(sdep: SpeculativeDeployment, track: Track = Track.STABLE) -> list[Man
         for index in range(len(spec.candidates)):
             tried = spec.candidate_spec(index)
             shown = sdep.model_copy(update={"spec": tried})
-            slices.append(deployment(shown, track, revision(tried), first_step_replicas(spec), candidate=index))
+            replicas = canary_replicas(spec.main_replicas, spec.rollout.steps[0].weight)
+            slices.append(deployment(shown, track, revision(tried), replicas, candidate=index))
         return [service(sdep), *slices]
     if track is Track.HOLDBACK:
         control = spec.model_copy(
@@ -322,7 +318,10 @@ def render(sdep: SpeculativeDeployment, track: Track = Track.STABLE) -> list[Man
         shown = sdep.model_copy(update={"spec": control})
         held = deployment(shown, track, revision(control), max(1, spec.holdback_replicas), always_served=True)
         return [service(sdep), service(sdep, track), held]
-    replicas = spec.main_replicas if track is Track.STABLE else first_step_replicas(spec)
+    if track is Track.STABLE:
+        replicas = spec.main_replicas
+    else:
+        replicas = canary_replicas(spec.main_replicas, spec.rollout.steps[0].weight)
     rendered = deployment(sdep, track, revision(spec), replicas, always_served=always and track is Track.STABLE)
     return [service(sdep), service(sdep, track), rendered]
 

@@ -11,9 +11,9 @@ from specfleet.api.spec import SpeculativeDeploymentSpec
 from specfleet.api.status import Outcome, Phase, SpeculativeDeploymentStatus
 from specfleet.api.vocabulary import Command, ConditionType, command_target
 from specfleet.autotune.candidates import base_spec
-from specfleet.render.manifests import canary_replicas, first_step_replicas, revision
+from specfleet.render.manifests import canary_replicas, revision
 from specfleet.rollout.canary import progress_canary, start_canary
-from specfleet.rollout.experiment import run_experiment
+from specfleet.rollout.experiment import run_experiment, slice_replicas
 from specfleet.rollout.holdback import holdback_target, holdback_weight, keep_holdback
 from specfleet.rollout.lifecycle import drain, retire_canary
 from specfleet.rollout.state import Pass
@@ -237,7 +237,7 @@ def _slice_targets(p: Pass) -> tuple[tuple[int, TrackTarget], ...]:
     experiment = p.status.experiment
     if experiment is None:
         return ()
-    replicas = first_step_replicas(p.spec)
+    replicas = slice_replicas(p.spec)
     by_index = {c.index: c for c in experiment.candidates}
     return tuple(
         (i, TrackTarget(by_index[i].revision, p.served_spec(by_index[i].revision).serving(), replicas))
@@ -264,7 +264,7 @@ def _canary_target(p: Pass) -> tuple[TrackTarget | None, int]:
     """
     spec, status, obs, total = p.spec, p.status, p.obs, p.spec.main_replicas
     if p.slices:  # stable gives way to the Ready pods of side-by-side slices, as it does to a canary's
-        slice_pods = sum(min(ready, first_step_replicas(spec)) for _, ready in _serving_slices(p))
+        slice_pods = sum(min(ready, slice_replicas(spec)) for _, ready in _serving_slices(p))
         return None, max(1, total - slice_pods)
     if status.canary_revision is None or p.preflight_wanted:
         return None, total

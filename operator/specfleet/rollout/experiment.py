@@ -20,6 +20,7 @@ revision is held.
 from datetime import datetime
 
 from specfleet.api.durations import parse_duration
+from specfleet.api.spec import SpeculativeDeploymentSpec
 from specfleet.api.status import (
     Analysis,
     CandidateResult,
@@ -31,7 +32,7 @@ from specfleet.api.status import (
 )
 from specfleet.api.vocabulary import Command, ConditionType
 from specfleet.autotune.candidates import Score, choose, depth
-from specfleet.render.manifests import first_step_replicas, revision
+from specfleet.render.manifests import canary_replicas, revision
 from specfleet.rollout.canary import (
     crash_reason,
     needs_preflight,
@@ -101,7 +102,7 @@ def _start(p: Pass, desired: str) -> Pass:
     if why_not:
         mode = f"{SEQUENTIAL} ({why_not})"
     else:
-        replicas = first_step_replicas(p.spec)
+        replicas = slice_replicas(p.spec)
         mode = SIDE_BY_SIDE.format(replicas=f"{replicas} replica{'s' if replicas > 1 else ''}")
         pending = CandidateState.PENDING
         candidates = [
@@ -117,9 +118,14 @@ def _start(p: Pass, desired: str) -> Pass:
     return p.with_event("ExperimentStarted", f"revision {desired}: {len(candidates)} candidates, {mode}")
 
 
+def slice_replicas(spec: SpeculativeDeploymentSpec) -> int:
+    """Replicas of one side-by-side candidate: the first step's share, as a sequential candidate gets."""
+    return canary_replicas(spec.main_replicas, spec.rollout.steps[0].weight)
+
+
 def _one_after_another_because(p: Pass, pending: list[CandidateResult]) -> str:
     """Why the candidates cannot be measured side by side; empty when they can."""
-    replicas, total = first_step_replicas(p.spec), p.spec.main_replicas
+    replicas, total = slice_replicas(p.spec), p.spec.main_replicas
     if len(pending) < 2:
         return "one candidate to measure"
     if not p.obs.guarded:
@@ -297,7 +303,7 @@ def _look_at_slice(p: Pass, candidate: CandidateResult) -> Pass:
     crashed = crash_reason(p, seen, what=f"candidate {candidate.index}") if own else ""
     if crashed:
         return _fail_slice(p, candidate, f"guardrail failed: {crashed}")
-    if not own or seen.ready < first_step_replicas(spec) or p.status.retiring_revision is not None:
+    if not own or seen.ready < slice_replicas(spec) or p.status.retiring_revision is not None:
         deadline = (candidate.started_at or now) + parse_duration(spec.rollout.progress_deadline)
         if now >= deadline:
             detail = f": {seen.unschedulable}" if seen.unschedulable else ""
