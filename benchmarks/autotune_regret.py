@@ -197,7 +197,6 @@ def measure(job: tuple[Draw, int, Experiment, int]) -> Measured:
     canary = [pod(k, seed, ready)]
     stable = [pod(experiment.stable_k, seed + 1 + i, 0.0) for i in range(experiment.stable_pods)]
     needed = max(experiment.pause, experiment.window)  # a candidate is measured over a whole window
-    reach = round(experiment.window / experiment.interval)
 
     def read(elapsed: float) -> tuple[Snapshot, Snapshot, tuple[float, float], tuple[float, float]]:
         for engine in (*canary, *stable):
@@ -215,9 +214,8 @@ def measure(job: tuple[Draw, int, Experiment, int]) -> Measured:
         look += 1
         elapsed = look * experiment.interval
         readings.append(read(elapsed))
-        back = max(0, look - reach)
-        span = (look - back) * experiment.interval
-        (c_now, s_now, c_sums, s_sums), (c_then, s_then, c_sums_then, s_sums_then) = readings[look], readings[back]
+        span = look * experiment.interval  # everything since the candidate was Ready, as the operator reads it
+        (c_now, s_now, c_sums, s_sums), (c_then, s_then, c_sums_then, s_sums_then) = readings[look], readings[0]
         canary_evidence = dataclasses.replace(
             evidence(c_now, c_then, span, True), token_latency_mean=_window_mean(c_sums, c_sums_then)
         )
@@ -232,7 +230,6 @@ def measure(job: tuple[Draw, int, Experiment, int]) -> Measured:
             same_drafter=experiment.stable_k
             > 0,  # every candidate is stable's drafter at another k, as the operator says
             confidence=experiment.confidence,
-            look=look,
         )
         verdict = result.verdict
         if verdict is Verdict.PASS:

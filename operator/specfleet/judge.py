@@ -1,17 +1,22 @@
 """Guardrails + the evidence of both tracks -> a verdict. Pure, and total: every input gives one of four answers.
 
-- Fail: a guardrail's confidence bound is past its limit (the reason carries the estimate and the bound).
-  Evidence of harm wins over missing evidence elsewhere.
-- Inconclusive: too few samples to bound a measure, buckets too coarse to resolve it, per-pod loads too
-  different to compare, or no data; never read as a pass (Flagger #1095).
-- Pass: every guardrail was measured and its estimate is within the limit. An estimate past the limit
-  whose bound is not (yet) is inconclusive: more evidence will tell.
+Each guardrail is two one-sided tests on confidence bounds (the equivalence-testing rule):
+- Fail: the bound on the good side is past the limit: the canary is surely worse than allowed. Evidence
+  of harm wins over missing evidence elsewhere.
+- Pass: the bound on the bad side is within the limit: the evidence *shows* the canary within it. An
+  estimate past the limit, or too little evidence to bound it, is never a Pass.
+- Inconclusive: the bounds straddle the limit, or too few samples, buckets too coarse, per-pod loads too
+  different to compare, or no data; the reason says what it still needs (Flagger #1095).
 - Error: Prometheus could not be asked (decided by the caller, which has the exception).
 
+The evidence is everything since the step started, and the bounds are a confidence sequence
+(`specfleet.stats.sequence_z`): valid at every look at once, narrowing as the evidence grows.
+
 What is judged, and why (facts from vLLM's source, see docs/judge.md):
-- latency: the p95 over requests of the per-token latency (`request_time_per_output_token`), canary vs
-  stable on the histogram bounds both tracks share. vLLM's inter-token latency is a per-*step* time (a
-  speculative step emits several tokens), so it is only an optional absolute stutter ceiling;
+- latency: the p95 and the mean over requests of the per-token latency (`request_time_per_output_token`),
+  canary vs stable. The p95 is set by the prompts the drafter guesses worst; the mean follows the typical
+  request (and tokens/s per user). vLLM's inter-token latency is a per-*step* time (a speculative step
+  emits several tokens), so it is only an optional absolute stutter ceiling;
 - acceptance: alpha = drafts whose first token was accepted / drafts, which does not depend on k (the
   accepted/drafted ratio is E[accepted] / k and falls as k grows);
 - errors: the canary's error rate against stable's; client aborts are not errors;
@@ -19,19 +24,15 @@ What is judged, and why (facts from vLLM's source, see docs/judge.md):
   waiting queue), canary against stable at comparable per-pod load: a canary that cannot keep up leaves
   a growing queue, while at the same offered load a healthy one completes what arrives, as stable does;
 - queue time and KV-cache usage: reported for both tracks, with optional absolute ceilings on the canary.
-
-Each analysis is one look of a sequential test: look n spends (1 - confidence) / (n (n + 1)) of the
-false-failure budget, split over the guardrails (`specfleet.stats`).
 """
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
 
 from specfleet.api.spec import DriftSpec, Guardrails
-from specfleet.api.status import DriftReference, Measurements, Speedup, TrafficProfile, Verdict
+from specfleet.api.status import DriftReference, GuardrailCheck, Measurements, Speedup, TrafficProfile, Verdict
 from specfleet.metrics import names
 from specfleet.stats import (
     Binned,
@@ -41,6 +42,7 @@ from specfleet.stats import (
     look_error,
     quantile_bounds,
     requests_to_bound,
+    sequence_z,
     t_score,
     wilson_bounds,
     z_score,
@@ -57,6 +59,9 @@ MIN_SLICES = 4
 """Fewest slices of a window whose spread bounds the speed-up (batch means); with fewer, requests alone do."""
 RESOLUTION = 0.1
 """A p95 inside a bucket wider than this (or than the regression limit, if larger) cannot be resolved."""
+SAME_DRAFTER_MARGIN = 0.05
+"""With stable's drafter (another k), a canary under the acceptance floor passes it when its alpha is shown
+within this of stable's: alpha does not depend on k, so the floor both miss is the drafter's."""
 
 
 @dataclass(frozen=True)
@@ -128,20 +133,6 @@ class TrackEvidence:
         return _ratio(count, self.seconds * pods) if pods else None
 
 
-@dataclass(frozen=True)
-class Judgement:
-    verdict: Verdict
-    reasons: tuple[str, ...]
-    canary: Measurements
-    stable: Measurements
-
-
-@dataclass(frozen=True)
-class _Check:
-    verdict: Verdict
-    message: str
-
-
 def _ratio(numerator: float | None, denominator: float | None) -> float | None:
     if numerator is None or not denominator or denominator <= 0:
         return None
@@ -205,73 +196,228 @@ def _pct(value: float) -> str:
     return "+inf%" if math.isinf(value) else f"{value:+.0%}"
 
 
+def _share(value: float) -> str:
+    return f"{value:.2%}"
+
+
+def _alpha(value: float) -> str:
+    return f"{value:.2f}"
+
+
+def _about(count: float) -> str:
+    """A count as a user reads an estimate: two significant figures, thousands separated."""
+    return f"{float(f'{count:.2g}'):,.0f}"
+
+
+def _span(seconds: float) -> str:
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+@dataclass(frozen=True)
+class Growth:
+    """How a check's evidence grows, to say what it still needs: its count now and its rate."""
+
+    count: float
+    seconds: float
+    unit: str = "canary requests"
+
+    def more(self, factor: float) -> str:
+        """`factor` times the evidence now, as what is missing: `~1,900 more canary requests, ~4 min at the
+        current rate`."""
+        missing = self.count * (factor - 1)
+        text = f"~{_about(missing)} more {self.unit}"
+        if self.count > 0 and self.seconds > 0:
+            text += f", ~{_span(missing / (self.count / self.seconds))} at the current rate"
+        return text
+
+
+Bounds = Callable[[float], tuple[float, float]]
+"""A check's (lower, upper) bounds with its evidence grown by a factor, its estimates unchanged."""
+MAX_GROWTH = 1000.0
+"""Evidence beyond this many times the current is not projected: an estimate on its limit is said to be so."""
+
+
+@dataclass(frozen=True)
+class _Check:
+    verdict: Verdict
+    message: str
+    guardrail: str = ""
+    estimate: float | None = None
+    lower: float | None = None
+    upper: float | None = None
+    limit: float | None = None
+    needs: str | None = None
+
+    def record(self) -> GuardrailCheck:
+        return GuardrailCheck(
+            guardrail=self.guardrail,
+            verdict=self.verdict,
+            estimate=_rounded(self.estimate),
+            lower=_rounded(self.lower),
+            upper=_rounded(self.upper),
+            limit=_rounded(self.limit),
+            needs=self.needs,
+        )
+
+
+@dataclass(frozen=True)
+class Judgement:
+    verdict: Verdict
+    reasons: tuple[str, ...]
+    canary: Measurements
+    stable: Measurements
+    checks: tuple[GuardrailCheck, ...] = ()
+
+
 @dataclass(frozen=True)
 class _Context:
     guardrails: Guardrails
     canary: TrackEvidence
     stable: TrackEvidence
-    error: float
-    """False-failure probability each guardrail may spend at this look."""
+    z: Callable[[float], float]
+    """How many standard errors a bound lies from its estimate, given the samples it stands on."""
     confidence: str
     """How the bounds are named in reasons, e.g. `99%` (over all looks)."""
     same_drafter: bool = False
     """Stable runs the canary's drafter (another k, say): its acceptance is the baseline, not the canary's doing."""
 
-    @property
-    def z(self) -> float:
-        return z_score(self.error)
-
     def load_ratio(self) -> float | None:
         canary, stable = self.canary.per_pod_load, self.stable.per_pod_load
         return canary / stable if canary is not None and stable else None
+
+    def growth(self, unit: str = "canary requests") -> Growth:
+        return Growth(self.canary.requests, self.canary.seconds, unit)
+
+
+def _decided(lower: float, upper: float, limit: float, ceiling: bool) -> bool:
+    return (lower > limit or upper <= limit) if ceiling else (upper < limit or lower >= limit)
+
+
+def _needs(bounds: Bounds, limit: float, ceiling: bool, growth: Growth) -> str:
+    """The smallest growth of the evidence (in steps of 25%) at which the bounds would settle the check."""
+    factor = 1.25
+    while factor <= MAX_GROWTH:
+        if _decided(*bounds(factor), limit, ceiling):
+            return growth.more(factor)
+        factor *= 1.25
+    return "the estimate sits on the limit: more evidence may not settle it"
+
+
+def _bounded(
+    guardrail: str,
+    text: str,
+    estimate: float,
+    bounds: Bounds,
+    limit: float,
+    growth: Growth,
+    show: Callable[[float], str],
+    *,
+    ceiling: bool = True,
+    word: str = "limit",
+) -> _Check:
+    """The symmetric verdict of one guardrail (two one-sided tests): Fail when the bound on the good side is
+    past the limit, Pass when the bound on the bad side is within it, Inconclusive while they straddle it.
+    `ceiling`: larger is worse (else the limit is a floor); `word` names the limit in the reason."""
+    lower, upper = bounds(1.0)
+    shown = f"{word} {show(limit)}"
+    found = {"guardrail": guardrail, "estimate": estimate, "lower": lower, "upper": upper, "limit": limit}
+    if ceiling and lower > limit:
+        return _Check(Verdict.FAIL, f"{text}: lower bound > {shown}", **found)
+    if not ceiling and upper < limit:
+        return _Check(Verdict.FAIL, f"{text}: upper bound < {show(limit)}", **found)
+    if _decided(lower, upper, limit, ceiling):
+        return _Check(Verdict.PASS, f"{text}, {shown}", **found)
+    needs = _needs(bounds, limit, ceiling, growth)
+    side = "past" if (estimate > limit if ceiling else estimate < limit) else "within"
+    state = "not yet surely" if side == "past" else "not yet shown"
+    return _Check(Verdict.INCONCLUSIVE, f"{text}: {side} the {shown}, {state} ({needs})", needs=needs, **found)
+
+
+def _trials(evidence: TrackEvidence) -> float:
+    """Drafts as independent trials: drafts of one request share its prompt (Kish's design effect)."""
+    drafts = evidence.drafts or 0.0
+    return drafts / (1 + max(0.0, drafts / max(evidence.requests, 1.0) - 1) * ACCEPTANCE_ICC)
+
+
+def _alpha_of(evidence: TrackEvidence, min_draft_tokens: int) -> float | None:
+    """Drafts whose first token was accepted / drafts; None without enough drafts or with counters that
+    disagree (read from different scrapes)."""
+    e = evidence
+    if not e.accepted_per_position or not e.drafts or (e.draft_tokens or 0.0) < min_draft_tokens:
+        return None
+    alpha = e.accepted_per_position[0] / e.drafts
+    return alpha if 0 <= alpha <= 1 else None
+
+
+def _alpha_bounds(ctx: _Context, alpha: float, trials: float) -> Bounds:
+    return lambda factor: wilson_bounds(alpha * trials * factor, trials * factor, ctx.z(trials * factor))
 
 
 def _acceptance(ctx: _Context) -> _Check:
     g, c = ctx.guardrails, ctx.canary
     drafted = c.draft_tokens or 0.0
+    name = "minAcceptanceAlpha"
     if drafted < g.min_draft_tokens:
-        return _Check(Verdict.INCONCLUSIVE, f"{drafted:.0f} draft tokens (need {g.min_draft_tokens})")
+        growth = Growth(drafted, c.seconds, "draft tokens").more(g.min_draft_tokens / drafted) if drafted else None
+        needs = f"needs {g.min_draft_tokens}" + (f": {growth}" if growth else "")
+        return _Check(Verdict.INCONCLUSIVE, f"{drafted:.0f} draft tokens ({needs})", name, needs=growth)
     if not c.accepted_per_position or not c.drafts:
-        return _Check(Verdict.INCONCLUSIVE, "no per-position acceptance counters for the canary")
+        return _Check(Verdict.INCONCLUSIVE, "no per-position acceptance counters for the canary", name)
     alpha = c.accepted_per_position[0] / c.drafts
     if not 0 <= alpha <= 1:  # counters read from different scrapes; never judge on that
-        return _Check(Verdict.INCONCLUSIVE, f"acceptance counters disagree ({alpha:.2f} of drafts accepted)")
-    drafts_per_request = c.drafts / max(c.requests, 1.0)
-    trials = c.drafts / (1 + max(0.0, drafts_per_request - 1) * ACCEPTANCE_ICC)
-    lower, upper = wilson_bounds(alpha * trials, trials, ctx.z)
+        return _Check(Verdict.INCONCLUSIVE, f"acceptance counters disagree ({alpha:.2f} of drafts accepted)", name)
+    bounds = _alpha_bounds(ctx, alpha, _trials(c))
+    lower, upper = bounds(1.0)
     text = f"acceptance alpha {alpha:.2f} ({ctx.confidence} bounds {lower:.2f}-{upper:.2f})"
-    baseline = _stable_alpha_lower(ctx) if ctx.same_drafter else None
-    if upper < g.min_acceptance_alpha and baseline is not None and upper >= baseline:
-        return _Check(
-            Verdict.PASS,
-            f"{text}: below the floor {g.min_acceptance_alpha:.2f}, as stable's with the same drafter "
-            f"(lower bound {baseline:.2f}): the drafter, not this change",
+    floor = g.min_acceptance_alpha
+    if ctx.same_drafter and lower < floor and (shared := _as_stable(ctx, alpha, bounds, text)) is not None:
+        return shared
+    return _bounded(name, text, alpha, bounds, floor, ctx.growth(), _alpha, ceiling=False, word="floor")
+
+
+def _as_stable(ctx: _Context, alpha: float, bounds: Bounds, text: str) -> _Check | None:
+    """Stable serves the canary's drafter (another k): a floor both tracks miss is the drafter's, not this
+    change's. The canary then passes when its alpha is shown within SAME_DRAFTER_MARGIN of stable's, and fails
+    only when it is also surely below stable's. None without stable's counters (the floor alone decides)."""
+    s, floor = ctx.stable, ctx.guardrails.min_acceptance_alpha
+    stable_alpha = _alpha_of(s, ctx.guardrails.min_draft_tokens)
+    if stable_alpha is None:
+        return None
+    theirs = _alpha_bounds(ctx, stable_alpha, _trials(s))
+
+    def difference(factor: float) -> tuple[float, float]:
+        (c_low, c_up), (s_low, s_up) = bounds(factor), theirs(factor)
+        change = alpha - stable_alpha
+        return change - math.hypot(alpha - c_low, s_up - stable_alpha), change + math.hypot(
+            c_up - alpha, stable_alpha - s_low
         )
-    if upper < g.min_acceptance_alpha:
-        return _Check(Verdict.FAIL, f"{text}: upper bound < {g.min_acceptance_alpha:.2f}")
-    if alpha < g.min_acceptance_alpha:
-        return _Check(Verdict.INCONCLUSIVE, f"{text}: below the floor {g.min_acceptance_alpha:.2f}, not yet surely")
-    return _Check(Verdict.PASS, f"{text}, floor {g.min_acceptance_alpha:.2f}")
+
+    lowest, highest = difference(1.0)
+    said = (
+        f"{text}: below the floor {floor:.2f} as stable's with the same drafter ({stable_alpha:.2f}; "
+        f"{ctx.confidence} bounds of the difference {lowest:+.2f} to {highest:+.2f}, margin {SAME_DRAFTER_MARGIN:.2f})"
+    )
+    lower, upper = bounds(1.0)
+    found = {"guardrail": "minAcceptanceAlpha", "estimate": alpha, "lower": lower, "upper": upper, "limit": floor}
+    if upper < floor and highest < -SAME_DRAFTER_MARGIN:
+        return _Check(Verdict.FAIL, f"{text}: upper bound < {floor:.2f}, and surely below stable's", **found)
+    if lowest >= -SAME_DRAFTER_MARGIN:
+        return _Check(Verdict.PASS, f"{said}: the drafter, not this change", **found)
+    needs = _needs(difference, -SAME_DRAFTER_MARGIN, False, ctx.growth())
+    return _Check(Verdict.INCONCLUSIVE, f"{said}, not yet shown within the margin ({needs})", needs=needs, **found)
 
 
-def _stable_alpha_lower(ctx: _Context) -> float | None:
-    """The lower confidence bound of stable's alpha, counted as the canary's is; None without its counters."""
-    s = ctx.stable
-    if not s.accepted_per_position or not s.drafts or (s.draft_tokens or 0.0) < ctx.guardrails.min_draft_tokens:
-        return None
-    alpha = s.accepted_per_position[0] / s.drafts
-    if not 0 <= alpha <= 1:
-        return None
-    trials = s.drafts / (1 + max(0.0, s.drafts / max(s.requests, 1.0) - 1) * ACCEPTANCE_ICC)
-    return wilson_bounds(alpha * trials, trials, ctx.z)[0]
-
-
-def _latency_samples(ctx: _Context, canary: Binned, stable: Binned) -> _Check | None:
+def _latency_samples(ctx: _Context, canary: Binned, stable: Binned, name: str) -> _Check | None:
     need = ctx.guardrails.min_requests
     if canary.total < need or stable.total < need:
         return _Check(
             Verdict.INCONCLUSIVE,
             f"{canary.total:.0f} canary and {stable.total:.0f} stable requests finished (need {need} each)",
+            name,
         )
     return None
 
@@ -284,102 +430,161 @@ def _coarse_bucket(data: Binned, value: float, limit: float) -> str | None:
     return f"({_ms(lower)}, {shown}]"
 
 
+def _relative(ctx: _Context, log_ratio: float, error: float, samples: float) -> Bounds:
+    """Bounds on a canary/stable ratio - 1 from the log ratio's standard error, which falls as 1/sqrt(growth)."""
+
+    def bounds(factor: float) -> tuple[float, float]:
+        half = ctx.z(samples * factor) * error / math.sqrt(factor)
+        return math.expm1(log_ratio - half), math.expm1(log_ratio + half)
+
+    return bounds
+
+
 def _token_latency(ctx: _Context) -> _Check:
-    g = ctx.guardrails
+    g, name = ctx.guardrails, "maxTokenLatencyP95Regression"
     c_data, s_data = ctx.canary.token_latency, ctx.stable.token_latency
     if c_data is None or s_data is None:
         which = "canary" if c_data is None else "stable"
-        return _Check(Verdict.INCONCLUSIVE, f"no per-token latency histogram for the {which} track")
+        return _Check(Verdict.INCONCLUSIVE, f"no per-token latency histogram for the {which} track", name)
     shared = common_bounds(c_data, s_data)
     if not shared:
-        return _Check(Verdict.INCONCLUSIVE, "the tracks' per-token latency histograms share no bucket bound")
+        return _Check(Verdict.INCONCLUSIVE, "the tracks' per-token latency histograms share no bucket bound", name)
     canary, stable = c_data.on(shared), s_data.on(shared)
-    if (short := _latency_samples(ctx, canary, stable)) is not None:
+    if (short := _latency_samples(ctx, canary, stable, name)) is not None:
         return short
     c_p95, s_p95 = canary.value_at(LATENCY_QUANTILE), stable.value_at(LATENCY_QUANTILE)
     limit = g.max_token_latency_p95_regression
-    for name, data, value in (("canary", canary, c_p95), ("stable", stable, s_p95)):
+    for which, data, value in (("canary", canary, c_p95), ("stable", stable, s_p95)):
         if (bucket := _coarse_bucket(data, value, limit)) is not None:
             return _Check(
                 Verdict.INCONCLUSIVE,
-                f"{name} per-token p95 lies in bucket {bucket}, too coarse to judge a {limit:.0%} limit: give both "
+                f"{which} per-token p95 lies in bucket {bucket}, too coarse to judge a {limit:.0%} limit: give both "
                 "tracks finer buckets (--custom-histogram-buckets, vLLM >= 0.32)",
+                name,
             )
+    samples = min(canary.total, stable.total)
+    needed = requests_to_bound(LATENCY_QUANTILE, ctx.z(samples))
+    if samples < needed:  # the normal bound on a p95 is not trusted on fewer: neither pass nor fail
+        missing = Growth(ctx.canary.requests, ctx.canary.seconds).more(needed / samples)
+        text = f"per-token p95 {_ms(c_p95)} vs stable {_ms(s_p95)}: a bound needs {needed} requests per track"
+        return _Check(Verdict.INCONCLUSIVE, f"{text} ({missing})", name, c_p95 / s_p95 - 1, limit=limit, needs=missing)
     log_ratio = math.log(c_p95 / s_p95)
     error = math.hypot(log_quantile_se(canary, LATENCY_QUANTILE), log_quantile_se(stable, LATENCY_QUANTILE))
-    change = math.exp(log_ratio) - 1
-    lowest, highest = math.expm1(log_ratio - ctx.z * error), math.expm1(log_ratio + ctx.z * error)
+    bounds = _relative(ctx, log_ratio, error, samples)
+    lowest, highest = bounds(1.0)
     layout = "" if len(shared) == len(c_data.bounds) == len(s_data.bounds) else f" (on the {len(shared)} shared bounds)"
     text = (
-        f"per-token p95 {_ms(c_p95)} vs stable {_ms(s_p95)}: {_pct(change)}, "
+        f"per-token p95 {_ms(c_p95)} vs stable {_ms(s_p95)}: {_pct(math.expm1(log_ratio))}, "
         f"{ctx.confidence} bounds {_pct(lowest)} to {_pct(highest)}{layout}"
     )
-    load = ctx.load_ratio()
-    bounded = min(canary.total, stable.total) >= requests_to_bound(LATENCY_QUANTILE, ctx.z)
-    if not bounded:  # the normal bound is not trusted with this few requests: never fail on it
-        text += f" (a bound at this look needs {requests_to_bound(LATENCY_QUANTILE, ctx.z)} requests per track)"
-    return _against_stable(
-        text, bounded and lowest > limit, change > limit, limit, load, ("carried", "per-pod load"), ": lower bound"
+    check = _bounded(name, text, math.expm1(log_ratio), bounds, limit, ctx.growth(), _whole_pct)
+    return _at_load(check, ctx.load_ratio(), ("carried", "per-pod load"))
+
+
+def _whole_pct(value: float) -> str:
+    return f"{value:.0%}"
+
+
+def _token_latency_mean(ctx: _Context) -> _Check:
+    """The mean per-token latency, canary vs stable: the typical request, which the p95 misses (a config that
+    slows most requests while the worst-guessed prompts set the p95). Delta method on the log of the ratio of
+    the histograms' means (`_sum / _count`, exact), each with the spread of its buckets."""
+    name, limit = "maxTokenLatencyMeanRegression", ctx.guardrails.max_token_latency_mean_regression
+    c, s = ctx.canary, ctx.stable
+    if c.token_latency is None or s.token_latency is None or not c.token_latency_mean or not s.token_latency_mean:
+        which = "canary" if c.token_latency is None or not c.token_latency_mean else "stable"
+        return _Check(Verdict.INCONCLUSIVE, f"no per-token latency mean for the {which} track", name)
+    if (short := _latency_samples(ctx, c.token_latency, s.token_latency, name)) is not None:
+        return short
+    c_mean, s_mean = c.token_latency_mean, s.token_latency_mean
+    c_n, s_n = c.token_latency.total, s.token_latency.total
+    error = math.hypot(
+        binned_sd(c.token_latency) / (c_mean * math.sqrt(c_n)), binned_sd(s.token_latency) / (s_mean * math.sqrt(s_n))
     )
+    log_ratio = math.log(c_mean / s_mean)
+    bounds = _relative(ctx, log_ratio, error, min(c_n, s_n))
+    lowest, highest = bounds(1.0)
+    text = (
+        f"per-token mean {_ms(c_mean)} vs stable {_ms(s_mean)}: {_pct(math.expm1(log_ratio))}, "
+        f"{ctx.confidence} bounds {_pct(lowest)} to {_pct(highest)}"
+    )
+    check = _bounded(name, text, math.expm1(log_ratio), bounds, limit, ctx.growth(), _whole_pct)
+    return _at_load(check, ctx.load_ratio(), ("carried", "per-pod load"))
 
 
-def _against_stable(
-    text: str, surely: bool, over: bool, limit: float, load: float | None, words: tuple[str, str], failed: str = ""
-) -> _Check:
-    """The verdict of a canary-vs-stable check: past the limit `surely` (its bound) fails, unless the canary
-    carried more load than stable; past it by the estimate alone (`over`) waits; a canary that carried less
-    load than stable cannot pass."""
+def _at_load(check: _Check, load: float | None, words: tuple[str, str]) -> _Check:
+    """A canary-vs-stable verdict at unequal per-pod load keeps only what holds despite it: a canary that
+    carried more than stable cannot fail, one that carried less cannot pass."""
     verb, noun = words
-    if surely:
-        if load is not None and load > 1 + LOAD_TOLERANCE:
-            return _Check(Verdict.INCONCLUSIVE, f"{text}, but canary pods {verb} {load:.2f}x stable's {noun}")
-        return _Check(Verdict.FAIL, f"{text}{failed} > limit {limit:.0%}")
-    if over:
-        return _Check(Verdict.INCONCLUSIVE, f"{text}: above the limit {limit:.0%}, not yet surely")
-    if load is not None and load < 1 / (1 + LOAD_TOLERANCE):
-        return _Check(Verdict.INCONCLUSIVE, f"{text}, but canary pods {verb} only {load:.2f}x stable's {noun}")
-    return _Check(Verdict.PASS, f"{text}, limit {limit:.0%}")
+    if check.verdict is Verdict.FAIL and load is not None and load > 1 + LOAD_TOLERANCE:
+        message = f"{check.message}, but canary pods {verb} {load:.2f}x stable's {noun}"
+        return replace(check, verdict=Verdict.INCONCLUSIVE, message=message)
+    if check.verdict is Verdict.PASS and load is not None and load < 1 / (1 + LOAD_TOLERANCE):
+        message = f"{check.message}, but canary pods {verb} only {load:.2f}x stable's {noun}"
+        return replace(check, verdict=Verdict.INCONCLUSIVE, message=message)
+    return check
 
 
 def _step_latency(ctx: _Context, ceiling: float) -> _Check:
     """Per-step latency observations of one step share its duration: count requests as the samples."""
-    return _p95_ceiling(ctx, "per-step p95", ctx.canary.step_latency, ceiling, _ms, samples=ctx.canary.requests)
+    return _p95_ceiling(
+        ctx, "maxStepLatencyP95Seconds", "per-step p95", ctx.canary.step_latency, ceiling, _ms, ctx.canary.requests
+    )
 
 
 def _p95_ceiling(
-    ctx: _Context, label: str, data: Binned | None, ceiling: float, show: Callable[[float], str], **bounds: Any
+    ctx: _Context,
+    guardrail: str,
+    label: str,
+    data: Binned | None,
+    ceiling: float,
+    show: Callable[[float], str],
+    samples: float | None = None,
 ) -> _Check:
-    """An absolute ceiling on a canary p95: Fail once its lower bound is past it, Inconclusive while only
-    the estimate is."""
+    """An absolute ceiling on a canary p95, on the distribution-free bounds of a quantile."""
     if data is None or data.total <= 0:
-        return _Check(Verdict.INCONCLUSIVE, f"no {label.removesuffix(' p95')} histogram for the canary")
-    q = quantile_bounds(data, LATENCY_QUANTILE, ctx.z, **bounds)
-    text = f"{label} {show(q.estimate)} (lower {ctx.confidence} bound {show(q.lower)})"
-    if q.lower > ceiling:
-        return _Check(Verdict.FAIL, f"{text} > ceiling {show(ceiling)}")
-    if q.estimate > ceiling:
-        return _Check(Verdict.INCONCLUSIVE, f"{text}: above the ceiling {show(ceiling)}, not yet surely")
-    return _Check(Verdict.PASS, f"{text}, ceiling {show(ceiling)}")
+        return _Check(Verdict.INCONCLUSIVE, f"no {label.removesuffix(' p95')} histogram for the canary", guardrail)
+    n = data.total if samples is None else min(samples, data.total)
+
+    def bounds(factor: float) -> tuple[float, float]:
+        q = quantile_bounds(data, LATENCY_QUANTILE, ctx.z(n * factor), samples=n * factor)
+        return q.lower, q.upper
+
+    estimate, (lower, upper) = data.value_at(LATENCY_QUANTILE), bounds(1.0)
+    shown_upper = "+Inf" if math.isinf(upper) else show(upper)
+    text = f"{label} {show(estimate)} ({ctx.confidence} bounds {show(lower)} to {shown_upper})"
+    return _bounded(guardrail, text, estimate, bounds, ceiling, ctx.growth(), show, word="ceiling")
 
 
 def _throughput(ctx: _Context, limit: float) -> _Check:
     """The share of offered requests the canary completes against stable's: a binomial bound on each share
     (offered requests are the trials), the two combined on the log of their ratio as for latency."""
-    g, c, s = ctx.guardrails, ctx.canary, ctx.stable
+    g, c, s, name = ctx.guardrails, ctx.canary, ctx.stable, "maxThroughputDrop"
     if s.requests < g.min_requests:
-        return _Check(Verdict.INCONCLUSIVE, f"{s.requests:.0f} stable requests (need {g.min_requests}) for throughput")
+        text = f"{s.requests:.0f} stable requests (need {g.min_requests}) for throughput"
+        return _Check(Verdict.INCONCLUSIVE, text, name)
     c_offered, s_offered = c.offered, s.offered
     if c_offered is None or s_offered is None:
         which = "canary" if c_offered is None else "stable"
-        return _Check(Verdict.INCONCLUSIVE, f"no waiting-queue gauge for the {which} track: throughput not judged")
+        return _Check(
+            Verdict.INCONCLUSIVE, f"no waiting-queue gauge for the {which} track: throughput not judged", name
+        )
     if c.requests <= 0 or s.requests <= 0:
-        return _Check(Verdict.INCONCLUSIVE, "no finished requests to judge throughput on")
+        return _Check(Verdict.INCONCLUSIVE, "no finished requests to judge throughput on", name)
     c_share, s_share = c.requests / c_offered, s.requests / s_offered
-    _, c_upper = wilson_bounds(c.requests, c_offered, ctx.z)
-    s_lower, _ = wilson_bounds(s.requests, s_offered, ctx.z)
-    ratio = c_share / s_share
-    error = math.hypot(math.log(c_upper / c_share), math.log(s_share / s_lower))
-    drop, lowest = 1 - ratio, -math.expm1(math.log(ratio) + error)
+
+    def bounds(factor: float) -> tuple[float, float]:
+        """Bounds on the drop, 1 - canary share / stable share."""
+        z = ctx.z(min(c_offered, s_offered) * factor)
+        c_low, c_up = wilson_bounds(c.requests * factor, c_offered * factor, z)
+        s_low, s_up = wilson_bounds(s.requests * factor, s_offered * factor, z)
+        ratio = math.log(c_share / s_share)
+        worse = math.hypot(math.log(c_share / c_low) if c_low > 0 else math.inf, math.log(s_up / s_share))
+        better = math.hypot(math.log(c_up / c_share), math.log(s_share / s_low) if s_low > 0 else math.inf)
+        return -math.expm1(ratio + better), -math.expm1(ratio - worse)
+
+    drop = 1 - c_share / s_share
+    lowest, highest = bounds(1.0)
     text = f"completed {c_share:.1%} of offered requests vs stable {s_share:.1%}"
     c_rate, s_rate = c.per_pod_second(c_offered), s.per_pod_second(s_offered)
     load = c_rate / s_rate if c_rate is not None and s_rate else None
@@ -388,53 +593,59 @@ def _throughput(ctx: _Context, limit: float) -> _Check:
     c_tokens, s_tokens = c.per_pod_second(c.generation_tokens), s.per_pod_second(s.generation_tokens)
     if c_tokens is not None and s_tokens is not None:
         text += f" ({c_tokens:.0f} vs {s_tokens:.0f} output tokens/s per pod)"
-    text += f": drop {drop:.1%}, lower {ctx.confidence} bound {lowest:.1%}"
-    return _against_stable(text, lowest > limit, drop > limit, limit, load, ("were offered", "load"))
+    text += f": drop {drop:.1%}, {ctx.confidence} bounds {lowest:.1%} to {highest:.1%}"
+    check = _bounded(name, text, drop, bounds, limit, ctx.growth(), _whole_pct)
+    return _at_load(check, load, ("were offered", "load"))
 
 
 def _queue_time(ctx: _Context, ceiling: float) -> _Check:
-    return _p95_ceiling(ctx, "queue time p95", ctx.canary.queue_time, ceiling, _duration)
+    return _p95_ceiling(ctx, "maxQueueTimeP95Seconds", "queue time p95", ctx.canary.queue_time, ceiling, _duration)
 
 
 def _kv_cache(ctx: _Context, ceiling: float) -> _Check:
     """A level read from a gauge, not a sample of requests: judged on its average over the range."""
-    mean, peak = ctx.canary.kv_cache_usage_mean, ctx.canary.kv_cache_usage_max
+    mean, peak, name = ctx.canary.kv_cache_usage_mean, ctx.canary.kv_cache_usage_max, "maxKvCacheUsage"
     if mean is None or not 0 <= mean <= 1:
-        return _Check(Verdict.INCONCLUSIVE, "no KV-cache usage gauge for the canary")
+        return _Check(Verdict.INCONCLUSIVE, "no KV-cache usage gauge for the canary", name)
     text = f"KV-cache usage {mean:.0%} on average" + (f" (max {peak:.0%})" if peak is not None else "")
+    found = {"guardrail": name, "estimate": mean, "limit": ceiling}
     if mean > ceiling:
-        return _Check(Verdict.FAIL, f"{text} > ceiling {ceiling:.0%}")
-    return _Check(Verdict.PASS, f"{text}, ceiling {ceiling:.0%}")
+        return _Check(Verdict.FAIL, f"{text} > ceiling {ceiling:.0%}", **found)
+    return _Check(Verdict.PASS, f"{text}, ceiling {ceiling:.0%}", **found)
 
 
-def _errors(ctx: _Context) -> list[_Check]:
-    g, c, s = ctx.guardrails, ctx.canary, ctx.stable
-    checks = []
+def _error_rate(ctx: _Context, ceiling: float) -> _Check:
+    c = ctx.canary
     rate = c.errors / c.requests
-    if g.max_error_rate is not None:
-        lower, _ = wilson_bounds(c.errors, c.requests, ctx.z)
-        text = f"error rate {rate:.2%} (lower {ctx.confidence} bound {lower:.2%})"
-        failed = lower > g.max_error_rate
-        checks.append(
-            _Check(
-                Verdict.FAIL if failed else Verdict.PASS,
-                f"{text} {'>' if failed else 'within'} ceiling {g.max_error_rate:.2%}",
-            )
-        )
+
+    def bounds(factor: float) -> tuple[float, float]:
+        return wilson_bounds(c.errors * factor, c.requests * factor, ctx.z(c.requests * factor))
+
+    lower, upper = bounds(1.0)
+    text = f"error rate {rate:.2%} ({ctx.confidence} bounds {lower:.2%} to {upper:.2%})"
+    return _bounded("maxErrorRate", text, rate, bounds, ceiling, ctx.growth(), _share, word="ceiling")
+
+
+def _error_increase(ctx: _Context) -> _Check:
+    """The canary's error rate minus stable's, with Newcombe's hybrid score bounds (from two Wilson bounds)."""
+    g, c, s, name = ctx.guardrails, ctx.canary, ctx.stable, "maxErrorRateIncrease"
     if s.requests < g.min_requests:
-        checks.append(_Check(Verdict.INCONCLUSIVE, f"{s.requests:.0f} stable requests (need {g.min_requests})"))
-        return checks
+        return _Check(Verdict.INCONCLUSIVE, f"{s.requests:.0f} stable requests (need {g.min_requests})", name)
     c_rate, s_rate = c.errors / c.requests, s.errors / s.requests
-    c_lower, _ = wilson_bounds(c.errors, c.requests, ctx.z)
-    _, s_upper = wilson_bounds(s.errors, s.requests, ctx.z)
-    lowest = c_rate - s_rate - math.hypot(c_rate - c_lower, s_upper - s_rate)  # Newcombe's hybrid score bound
-    limit = g.max_error_rate_increase
-    text = f"error rate {c_rate:.2%} vs stable {s_rate:.2%}, lower {ctx.confidence} bound of the increase"
-    if lowest > limit:
-        checks.append(_Check(Verdict.FAIL, f"{text} {lowest:+.2%} > limit {limit:.2%}"))
-    else:
-        checks.append(_Check(Verdict.PASS, f"{text} {lowest:+.2%}, limit {limit:.2%}"))
-    return checks
+
+    def bounds(factor: float) -> tuple[float, float]:
+        z = ctx.z(min(c.requests, s.requests) * factor)
+        c_low, c_up = wilson_bounds(c.errors * factor, c.requests * factor, z)
+        s_low, s_up = wilson_bounds(s.errors * factor, s.requests * factor, z)
+        change = c_rate - s_rate
+        return change - math.hypot(c_rate - c_low, s_up - s_rate), change + math.hypot(c_up - c_rate, s_rate - s_low)
+
+    lowest, highest = bounds(1.0)
+    text = (
+        f"error rate {c_rate:.2%} vs stable {s_rate:.2%}: {c_rate - s_rate:+.2%}, "
+        f"{ctx.confidence} bounds {lowest:+.2%} to {highest:+.2%}"
+    )
+    return _bounded(name, text, c_rate - s_rate, bounds, g.max_error_rate_increase, ctx.growth(), _share)
 
 
 def speedup(
@@ -497,6 +708,52 @@ def speedup(
     )
 
 
+@dataclass(frozen=True)
+class Recent:
+    """Both tracks' evidence over the trailing `analysis.window` alone, checked for failures only: a canary
+    that turns bad late in a long step is caught without waiting for its bad evidence to outweigh its good
+    start. Its bounds are for one look (`look_error`), the analysis's number `look`."""
+
+    canary: TrackEvidence
+    stable: TrackEvidence
+    seconds: float
+    look: int
+
+
+def _checks(ctx: _Context, speculative: bool) -> list[_Check]:
+    g, canary = ctx.guardrails, ctx.canary
+    checks: list[_Check] = []
+    if speculative:
+        checks.append(_acceptance(ctx))
+    if g.max_kv_cache_usage is not None:
+        checks.append(_kv_cache(ctx, g.max_kv_cache_usage))
+    if canary.requests < g.min_requests:
+        needs = f"need {g.min_requests}"
+        if canary.requests > 0:
+            needs += f": {ctx.growth().more(g.min_requests / canary.requests)}"
+        checks.append(_Check(Verdict.INCONCLUSIVE, f"{canary.requests:.0f} canary requests ({needs})", "minRequests"))
+        return checks
+    checks.append(_token_latency(ctx))
+    checks.append(_token_latency_mean(ctx))
+    if g.max_step_latency_p95_seconds is not None:
+        checks.append(_step_latency(ctx, g.max_step_latency_p95_seconds))
+    if g.max_queue_time_p95_seconds is not None:
+        checks.append(_queue_time(ctx, g.max_queue_time_p95_seconds))
+    if g.max_throughput_drop is not None:
+        checks.append(_throughput(ctx, g.max_throughput_drop))
+    if g.max_error_rate is not None:
+        checks.append(_error_rate(ctx, g.max_error_rate))
+    checks.append(_error_increase(ctx))
+    return checks
+
+
+def judged_guardrails(guardrails: Guardrails, speculative: bool) -> int:
+    """Guardrails with a confidence bound, over which the error budget is split (the KV level has none)."""
+    g = guardrails
+    optional = (g.max_error_rate, g.max_step_latency_p95_seconds, g.max_throughput_drop, g.max_queue_time_p95_seconds)
+    return 3 + int(speculative) + sum(limit is not None for limit in optional)
+
+
 def judge(
     guardrails: Guardrails,
     canary: TrackEvidence,
@@ -504,41 +761,49 @@ def judge(
     *,
     speculative: bool,
     confidence: float,
-    look: int,
+    steps: int = 1,
     same_drafter: bool = False,
+    recent: Recent | None = None,
 ) -> Judgement:
-    """Judge the canary's evidence against the guardrails and against stable's evidence over the same range.
+    """Judge the canary's evidence since its step started against the guardrails and stable's evidence over
+    the same range.
+
+    Each guardrail's bounds are a confidence sequence at (1 - confidence) / (2 x `steps` x guardrails) a side:
+    a canary within a limit is failed, and one past it passes, with at most that probability at any look of
+    a step. Promotion needs a Pass at every step, a rollback a Fail at any: over a whole rollout neither
+    happens wrongly more often than (1 - confidence) / 2 through these bounds. The other half of the
+    false-failure budget is spent by `recent`, the trailing-window check.
 
     `same_drafter`: stable serves the canary's drafter (the canary changes k, say). The acceptance floor
     then fails the canary only when its alpha is also surely below stable's: a drafter under the floor on
     both tracks is not what the canary changes, and rolling back to it would not help.
     """
-    g = guardrails
-    optional = (g.max_error_rate, g.max_step_latency_p95_seconds, g.max_throughput_drop, g.max_queue_time_p95_seconds)
-    tests = 2 + int(speculative) + sum(limit is not None for limit in optional)
-    error = look_error(1 - confidence, max(1, look)) / tests
-    ctx = _Context(g, canary, stable, error, f"{confidence * 100:g}%", same_drafter)
-    checks: list[_Check] = []
-    if speculative:
-        checks.append(_acceptance(ctx))
-    if g.max_kv_cache_usage is not None:
-        checks.append(_kv_cache(ctx, g.max_kv_cache_usage))
-    if canary.requests < g.min_requests:
-        checks.append(_Check(Verdict.INCONCLUSIVE, f"{canary.requests:.0f} canary requests (need {g.min_requests})"))
-    else:
-        checks.append(_token_latency(ctx))
-        if g.max_step_latency_p95_seconds is not None:
-            checks.append(_step_latency(ctx, g.max_step_latency_p95_seconds))
-        if g.max_queue_time_p95_seconds is not None:
-            checks.append(_queue_time(ctx, g.max_queue_time_p95_seconds))
-        if g.max_throughput_drop is not None:
-            checks.append(_throughput(ctx, g.max_throughput_drop))
-        checks.extend(_errors(ctx))
+    g, error, named = guardrails, (1 - confidence) / 2, f"{confidence * 100:g}%"
+    tests = judged_guardrails(g, speculative)
+    ctx = _Context(g, canary, stable, lambda n: sequence_z(n, error / (max(1, steps) * tests)), named, same_drafter)
+    checks = _checks(ctx, speculative)
+    if recent is not None:
+        z = z_score(look_error(error, max(1, recent.look)) / tests)
+        late = _Context(g, recent.canary, recent.stable, lambda _: z, f"{named} over all looks", same_drafter)
+        failed = {c.guardrail: c for c in _checks(late, speculative) if c.verdict is Verdict.FAIL}
+        last = f"over the last {_span(recent.seconds)}: "
+        checks = [
+            replace(failed[c.guardrail], message=last + failed[c.guardrail].message)
+            if c.verdict is not Verdict.FAIL and c.guardrail in failed
+            else c
+            for c in checks
+        ]
     verdict = next(
         (v for v in (Verdict.FAIL, Verdict.INCONCLUSIVE) if any(c.verdict is v for c in checks)), Verdict.PASS
     )
     shown = checks if verdict is Verdict.PASS else [c for c in checks if c.verdict is verdict]
-    return Judgement(verdict, tuple(c.message for c in shown), measurements(canary), measurements(stable))
+    return Judgement(
+        verdict,
+        tuple(c.message for c in shown),
+        measurements(canary),
+        measurements(stable),
+        tuple(c.record() for c in checks),
+    )
 
 
 @dataclass(frozen=True)
@@ -624,19 +889,17 @@ def drift(
     `confidence` for this look alone; `DriftSpec.looks` looks in a row
     make the verdict (the state machine's hysteresis), which is what keeps noise from flapping it.
     """
-    error = (1 - confidence) / 2
-    ctx = _Context(guardrails, now, now, error, f"{confidence * 100:g}%")
+    z = z_score((1 - confidence) / 2)
+    ctx = _Context(guardrails, now, now, lambda _: z, f"{confidence * 100:g}%")
     checks: list[_Check] = []
-    if reference.acceptance_alpha is not None and now.accepted_per_position and now.drafts:
+    alpha = _alpha_of(now, guardrails.min_draft_tokens)
+    if reference.acceptance_alpha is not None and alpha is not None:
         floor = reference.acceptance_alpha - settings.max_acceptance_drop
-        alpha = now.accepted_per_position[0] / now.drafts
-        trials = now.drafts / (1 + max(0.0, now.drafts / max(now.requests, 1.0) - 1) * ACCEPTANCE_ICC)
-        if 0 <= alpha <= 1 and (now.draft_tokens or 0.0) >= guardrails.min_draft_tokens:
-            _, upper = wilson_bounds(alpha * trials, trials, ctx.z)
-            promoted = reference.acceptance_alpha
-            text = f"acceptance alpha {alpha:.2f} (upper bound {upper:.2f}) vs {promoted:.2f} at promotion"
-            verdict = Verdict.FAIL if upper < floor else Verdict.PASS
-            checks.append(_Check(verdict, f"{text}: {'below' if upper < floor else 'within'} the drop limit"))
+        _, upper = wilson_bounds(alpha * _trials(now), _trials(now), z)
+        promoted = reference.acceptance_alpha
+        text = f"acceptance alpha {alpha:.2f} (upper bound {upper:.2f}) vs {promoted:.2f} at promotion"
+        verdict = Verdict.FAIL if upper < floor else Verdict.PASS
+        checks.append(_Check(verdict, f"{text}: {'below' if upper < floor else 'within'} the drop limit"))
     load = None
     if now.per_pod_load is not None and reference.requests_per_pod_per_second:
         load = now.per_pod_load / reference.requests_per_pod_per_second
@@ -650,7 +913,10 @@ def drift(
         if shifts:
             checks.append(_Check(Verdict.INCONCLUSIVE, f"{'; '.join(shifts)}: latency not comparable"))
         elif load is not None:
-            checks.append(_p95_ceiling(ctx, "per-token p95", latency, ceiling, _ms, samples=now.requests))
+            check = _p95_ceiling(ctx, "", "per-token p95", latency, ceiling, _ms, now.requests)
+            if check.verdict is Verdict.INCONCLUSIVE and check.estimate is not None and check.estimate <= ceiling:
+                check = replace(check, verdict=Verdict.PASS)  # drift: not surely past is within; looks in a row decide
+            checks.append(check)
     reasons = tuple(c.message for c in checks)
     if any(c.verdict is Verdict.FAIL for c in checks):
         return DriftCheck(True, load, reasons, mix)

@@ -1,10 +1,11 @@
 """Confidence bounds for the canary judge: binomial counts and quantiles of binned (histogram) data. Pure.
 
-The judge looks at a live canary again and again. A fixed-level test repeated at every look would fail
-a healthy canary sooner or later, so look n is tested at `look_error(n)` = error / (n (n + 1)): the sum
-over all looks is `error`, and by the union bound the chance that *any* look fails an unchanged canary
-stays within it, however many looks there are and however much their windows overlap (an anytime-valid
-test in its simplest form; Lindon et al. 2022 get tighter bounds from mixtures of cumulative evidence).
+The judge looks at a live canary again and again, on evidence that grows from the start of its step. Its
+bounds are a *confidence sequence* (`sequence_z`): they hold at every amount of evidence at once, so looking
+as often as one likes never raises the chance of a wrong verdict, and they narrow as evidence grows
+(Howard, Ramdas, McAuliffe, Sekhon 2021). `look_error` is the older construction, a union bound over looks
+(look n spends error / (n (n + 1))): it still bounds the trailing-window check that catches a canary turning
+bad late in a long step, where the evidence does not accumulate.
 """
 
 import math
@@ -13,11 +14,28 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 _NORMAL = NormalDist()
+SEQUENCE_SAMPLES = 100.0
+"""Samples at which the mixture of `sequence_z` is centred: its bounds are tightest from about 10x this
+(a canary judged on one to a few thousand requests) and widen only logarithmically beyond."""
 
 
 def look_error(error: float, look: int) -> float:
     """The false-failure probability spent at look `look` (1-based): all looks together spend `error`."""
     return error / (look * (look + 1))
+
+
+def sequence_z(samples: float, error: float) -> float:
+    """How many standard errors from its estimate a one-sided bound lies after `samples` samples, so that it
+    is crossed with probability at most `error` at *any* sample count, however often it is looked at.
+
+    The one-sided normal-mixture boundary of Howard et al. (2021, eq. 14) on a standardised sum, with its
+    mixture variance set at SEQUENCE_SAMPLES samples: sqrt(2 (1 + 1/u) log(sqrt(1 + u) / (2 error) + 1)) with
+    u = samples / SEQUENCE_SAMPLES. With the standard error estimated from the data it is the asymptotic
+    confidence sequence of Waudby-Smith et al. (2021). About 4.2 at 1,000 samples for error 0.0006, where a
+    bound for one fixed look would use 3.2: the price of looking at will.
+    """
+    u = max(samples, 1e-9) / SEQUENCE_SAMPLES
+    return math.sqrt(2 * (1 + 1 / u) * math.log(math.sqrt(1 + u) / (2 * error) + 1))
 
 
 def z_score(error: float) -> float:
@@ -130,10 +148,11 @@ def quantile_bounds(data: Binned, q: float, z: float, samples: float | None = No
 
     The count of observations below the true quantile is binomial(n, q), so the bound is where the
     empirical CDF reaches q -/+ z sqrt(q (1 - q) / n) (distribution-free; the position inside a bucket
-    is interpolated). `samples` is the number of independent observations when it is smaller than the
-    count (observations that share a cause); the upper bound is +Inf when n is too small to bound it.
+    is interpolated). `samples` is the number of independent observations when it is not the count
+    (observations that share a cause, or evidence projected to grow); the upper bound is +Inf when n is too
+    small to bound it.
     """
-    n = data.total if samples is None else min(samples, data.total)
+    n = data.total if samples is None else samples
     if n <= 0:
         return QuantileBounds(math.nan, 0.0, math.inf)
     spread = z * math.sqrt(q * (1 - q) / n)

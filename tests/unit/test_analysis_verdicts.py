@@ -24,7 +24,7 @@ STATUS = SpeculativeDeploymentStatus(
     stable_revision="s1", canary_revision="c1", current_step=0, analyses=2, evidence_since=NOW - timedelta(minutes=1)
 )
 QUEUE_TIME = {"0.3": 990.0, "0.5": 1000.0, "+Inf": 1000.0}
-LATENCY = {"0.004": 100.0, "0.005": 900.0, "0.0053": 960.0, "0.0056": 990.0, "0.006": 1000.0, "+Inf": 1000.0}
+LATENCY = {"0.004": 300.0, "0.005": 2700.0, "0.0053": 2880.0, "0.0056": 2970.0, "0.006": 3000.0, "+Inf": 3000.0}
 
 
 class Answers:
@@ -79,7 +79,7 @@ class Answers:
         answers = {
             "le": QUEUE_TIME if "queue_time" in query else LATENCY,
             "position": {"0": self.first if canary else 1600.0, "1": 1200.0, "2": 800.0, "3": 400.0},
-            "finished_reason": {"stop": 990.0, "length": 10.0, "error": 0.0, "abort": 5.0},
+            "finished_reason": {"stop": 2970.0, "length": 30.0, "error": 0.0, "abort": 5.0},
             "pod": {"pod-a": 3.3},
         }
         return answers[label]
@@ -96,10 +96,10 @@ def test_a_pass_carries_both_tracks_measurements_and_its_look() -> None:
     assert analysis.revision == "c1" and analysis.look == 3 and analysis.evidence_seconds == 60
     assert analysis.canary.acceptance_alpha == 0.8 and analysis.canary.acceptance_rate == 0.5
     assert analysis.canary.acceptance_per_position == [0.8, 0.6, 0.4, 0.2]
-    assert analysis.canary.requests == 1000.0 and analysis.canary.error_rate == 0.0
+    assert analysis.canary.requests == 3000.0 and analysis.canary.error_rate == 0.0
     assert math.isclose(
         analysis.stable.token_latency_p95_seconds or 0, 0.00525
-    )  # 950th of 1000: 50/60 into (5, 5.3] ms
+    )  # 2850th of 3000: 150/180 into (5, 5.3] ms
 
 
 def test_queries_select_each_track_at_its_revision_over_the_evidence_range() -> None:
@@ -142,7 +142,7 @@ def test_queue_time_kv_cache_and_throughput_are_measured_for_both_tracks() -> No
         assert track.queue_time_p95_seconds is not None and track.queue_time_p95_seconds < 0.3
         assert track.kv_cache_usage_mean == 0.45 and track.kv_cache_usage_max == 0.9
         assert track.preemptions_per_second == 0.1  # 6 in 60 s
-        assert track.served_fraction == round(1000 / 1003, 4)  # 3 more requests waiting at the end
+        assert track.served_fraction == round(3000 / 3003, 4)  # 3 more requests waiting at the end
         assert track.generation_tokens_per_pod_per_second is not None
 
 
@@ -174,3 +174,14 @@ def test_side_by_side_slices_read_one_range_cut_by_the_youngest_pod_of_any_of_th
     analysis = analyze_candidate(answers, sdep, status, NOW, 0)
     assert (analysis.revision, analysis.look, analysis.evidence_seconds) == ("k2", 3, 15)
     assert any('specfleet_io_track="candidate"' in q and '"k2"' in q for q in answers.queries)
+
+
+def test_evidence_grows_from_the_step_start_past_the_window() -> None:
+    """A step 20 minutes old is judged on its 20 minutes: bounds narrow as evidence grows, instead of every
+    look reading the same window's worth."""
+    spec = merged(BASE, {"spec": {"rollout": {"analysis": {"window": "5m"}}}})
+    status = STATUS.model_copy(update={"evidence_since": NOW - timedelta(minutes=20)})
+    answers = Answers()
+    analysis = analyze(answers, SpeculativeDeployment.from_mapping(spec), status, NOW)
+    assert analysis.evidence_seconds == 1200
+    assert any("[1200s]" in q for q in answers.queries)

@@ -474,12 +474,19 @@ class AnalysisSpec(ApiModel):
     interval: Duration = "1m"
     """Time between two analyses while a canary is live."""
     window: Duration = "5m"
-    """Longest range of evidence an analysis reads. It never reaches back past the moment the current
-    step's canary replicas were all Ready, nor past the last counted failure, nor to within one scrape of
-    the first sample Prometheus has of any measured pod (a range holding a series' start reads a biased mean)."""
+    """A canary's analyses read all the evidence of its step (from the moment its replicas were all Ready,
+    or the last counted failure), so bounds narrow as it grows. `window` is the trailing range of two other
+    reads: a canary's guardrails are also checked on the last `window` alone, and that check can only fail
+    (a canary that turns bad late in a long step is not hidden by its good start); and the Healthy fleet's
+    looks (drift, holdback speed-up, load points) read the last `window`. No range reaches back to within one
+    scrape of the first sample Prometheus has of a measured pod (a range holding a series' start reads a
+    biased mean)."""
     confidence: Annotated[float, Field(ge=0.5, le=0.999999)] = 0.99
-    """Chance that a canary as good as its guardrails is never failed, over all of its analyses together:
-    analysis n is tested at a false-failure probability of (1 - confidence) / (n (n + 1))."""
+    """Chance that a canary as good as its guardrails is never failed, and that one past a guardrail is
+    never promoted, over all of its analyses together. Each guardrail's bounds form a confidence sequence
+    (valid at every look at once) at (1 - confidence) / (2 x steps x guardrails) a side; the other half of
+    the false-failure budget goes to the trailing-window check, whose analysis n is tested at
+    (1 - confidence) / (2 n (n + 1)) split over the guardrails."""
     failure_limit: Annotated[int, Field(ge=0, le=100)] = 0
     """Failed analyses tolerated per revision; one more rolls back. Each failure counts only evidence
     gathered after the previous one, so failures are independent."""
@@ -492,8 +499,9 @@ class AnalysisSpec(ApiModel):
 class Guardrails(ApiModel):
     """Limits a canary must respect; set before the canary starts, never tuned during it.
 
-    A guardrail fails only when the confidence bound of its measurement is past the limit (see
-    `analysis.confidence`), so noise alone does not roll back a canary.
+    A guardrail fails when the confidence bound of its measurement is surely past the limit, and passes
+    only when the bound shows it within (see `analysis.confidence`): noise alone neither rolls back a
+    canary nor promotes one, and a canary with too little evidence waits (then `analysis.onNoData`).
     """
 
     min_acceptance_alpha: Fraction = 0.6
@@ -502,6 +510,10 @@ class Guardrails(ApiModel):
     max_token_latency_p95_regression: Annotated[float, Field(ge=0, le=10)] = 0.1
     """Largest relative increase of the p95 per-token latency (each request's decode time per output
     token, what a streaming user feels) over the stable track in the same window (0.1 = 10% slower)."""
+    max_token_latency_mean_regression: Annotated[float, Field(ge=0, le=10)] = 0.05
+    """Largest relative increase of the mean per-token latency over the stable track's (0.05 = 5% slower):
+    the typical request, which the p95 misses. The p95 is set by the prompts the drafter guesses worst,
+    which gain least from any k: a k=1 canary 56% slower on average than k=5 moved the p95 by 7%."""
     max_step_latency_p95_seconds: Annotated[float, Field(gt=0, le=3600)] | None = None
     """Optional absolute ceiling on the canary's p95 engine-step latency (vLLM's inter-token latency
     histogram, one observation per request per step): a stutter limit. A speculative step emits several
@@ -530,8 +542,9 @@ class Guardrails(ApiModel):
     min_draft_tokens: Annotated[int, Field(ge=0, le=1_000_000_000)] = 500
     """Drafted tokens the evidence needs before the acceptance guardrail is judged."""
     min_requests: Annotated[int, Field(ge=0, le=1_000_000_000)] = 100
-    """Finished requests each track needs before latency and errors are judged (more are needed when
-    the confidence asks for it: bounding a p95 takes at least 19 z^2 requests)."""
+    """Finished requests each track needs before latency and errors are judged (more are needed to pass:
+    bounding a p95 takes at least 19 z^2 requests, and showing an error rate within 1 point of stable's
+    about 1,700)."""
     max_canary_restarts: Annotated[int, Field(ge=0, le=1000)] = 1
     """Most container restarts all the canary's pods may have (restartCount, read from the Kubernetes API,
     not Prometheus, so it holds without one): one more rolls the canary back. The default 1 forgives one

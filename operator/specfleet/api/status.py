@@ -108,6 +108,22 @@ class Measurements(ApiModel):
     """Output tokens per finished request (`vllm:generation_tokens_total` / finished requests): the output mix."""
 
 
+class GuardrailCheck(ApiModel):
+    """One guardrail at one analysis: its estimate, its confidence bounds, the limit, and what it still needs."""
+
+    guardrail: Annotated[str, Field(max_length=64)]
+    """The guardrail's field in `rollout.guardrails`, e.g. `maxTokenLatencyP95Regression`."""
+    verdict: Verdict
+    estimate: float | None = None
+    """In the limit's unit: a relative change (0.07 = 7% worse than stable), a share, or seconds."""
+    lower: float | None = None
+    upper: float | None = None
+    """The confidence sequence's bounds on the estimate (valid at every look at once)."""
+    limit: float | None = None
+    needs: ShortText | None = None
+    """For an Inconclusive check: about how much more evidence would decide it, at the current rate."""
+
+
 class Analysis(ApiModel):
     """The last judgement of a canary, with the evidence."""
 
@@ -118,9 +134,12 @@ class Analysis(ApiModel):
     reasons: Annotated[list[ShortText], Field(max_length=32)] = []
     """Why, with the numbers and the confidence bound that decided each guardrail (or what was missing)."""
     look: int = 1
-    """Which analysis of this canary revision it was; later looks are held to tighter bounds."""
+    """Which analysis of this canary revision it was (the trailing-window check spends its error by look)."""
     evidence_seconds: int | None = None
-    """Length of the range the evidence was read over."""
+    """Length of the range the evidence was read over: from the step's start (its canary Ready, or the last
+    counted failure), cut one scrape after the youngest pod was first scraped."""
+    checks: Annotated[list[GuardrailCheck], Field(max_length=16)] = []
+    """Every guardrail judged at this analysis, Pass or not."""
     canary: Measurements = Measurements()
     stable: Measurements = Measurements()
 

@@ -10,7 +10,7 @@ from specfleet.api.spec import SpeculativeMethod
 from specfleet.api.status import Analysis, CandidateState, SpeculativeDeploymentStatus, Verdict
 from specfleet.api.vocabulary import Track
 from specfleet.controller.metrics import ANALYSES, ANALYSIS_SECONDS
-from specfleet.judge import TrackEvidence, judge, measurements
+from specfleet.judge import Recent, TrackEvidence, judge, measurements
 from specfleet.metrics import names, promql
 from specfleet.metrics.prometheus import MetricsProvider, ProviderError
 from specfleet.rollout.state import served_spec
@@ -86,9 +86,11 @@ def scraped_seconds(
 
 
 def evidence_seconds(sdep: SpeculativeDeployment, since: datetime | None, now: datetime) -> float:
-    """The analysis window, cut at the start of the current evidence (step Ready, or the last counted failure)."""
-    window = parse_duration(sdep.spec.rollout.analysis.window).total_seconds()
-    return window if since is None else max(0.0, min(window, (now - since).total_seconds()))
+    """Everything since the start of the current evidence (step Ready, or the last counted failure); the
+    analysis window when that start is unknown."""
+    if since is None:
+        return parse_duration(sdep.spec.rollout.analysis.window).total_seconds()
+    return max(0.0, (now - since).total_seconds())
 
 
 def analyze(
@@ -138,6 +140,7 @@ def _analyze(
     stable = promql.TrackSelector(meta.namespace, meta.name, Track.STABLE.value, status.stable_revision)
     others = tuple(promql.TrackSelector(meta.namespace, meta.name, track.value, r) for r in beside)
     seconds = evidence_seconds(sdep, since, now)
+    window = parse_duration(spec.rollout.analysis.window).total_seconds()
     base = {"time": now, "revision": revision, "step": step, "look": look, "evidence_seconds": round(seconds)}
     with ANALYSIS_SECONDS.time():
         try:
@@ -145,6 +148,11 @@ def _analyze(
             seconds = scraped_seconds(provider, (measured, stable, *others), seconds, at)
             measured_evidence = evidence(provider, measured, seconds, at)
             stable_evidence = evidence(provider, stable, seconds, at)
+            recent = None
+            if seconds > window:  # the trailing window too, for a canary that turns bad late in a long step
+                recent = Recent(
+                    evidence(provider, measured, window, at), evidence(provider, stable, window, at), window, look
+                )
         except ProviderError as error:
             ANALYSES.labels(Verdict.ERROR.value).inc()
             return Analysis(**base, verdict=Verdict.ERROR, reasons=[str(error)[:MAX_REASON]])
@@ -160,13 +168,15 @@ def _analyze(
         same_drafter=(drafter.method.value, drafter.model, drafter.revision)
         == (serving.get("method"), serving.get("model"), serving.get("revision")),
         confidence=spec.rollout.analysis.confidence,
-        look=look,
+        steps=len(spec.rollout.steps),
+        recent=recent,
     )
     ANALYSES.labels(result.verdict.value).inc()
     return Analysis(
         **base,
         verdict=result.verdict,
         reasons=[r[:MAX_REASON] for r in result.reasons],
+        checks=list(result.checks),
         canary=result.canary,
         stable=result.stable,
     )
