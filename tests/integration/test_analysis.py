@@ -26,6 +26,7 @@ from specfleet.metrics.promql import TrackSelector
 
 from fleetkit import (
     EAGLE3_K5,
+    GOOD_DRAFTER,
     PLAIN,
     ROLLOUT,
     SCENARIO,
@@ -50,10 +51,12 @@ def test_a_good_eagle3_canary_against_a_plain_stable_is_promoted(
     guarded_operator: Operator, simulator: Simulator, fleet: Fleet
 ) -> None:
     """alpha 0.8 at k 5: faster per token, though its per-step latency is higher and accepted/drafted < 0.6."""
+    started = time.monotonic()
     canary = start_canary(fleet, EAGLE3_K5, stable=PLAIN)
     status = wait_for(
-        "promotion", lambda: (s := fleet.status("llama")).get("stableRevision") == canary and s, timeout=180
+        "promotion", lambda: (s := fleet.status("llama")).get("stableRevision") == canary and s, timeout=420
     )
+    print(f"\na good EAGLE-3 canary promoted {time.monotonic() - started:.0f} s after the change")
     analysis = status["lastAnalysis"]
     assert analysis["verdict"] == "Pass"
     measured, plain = analysis["canary"], analysis["stable"]
@@ -142,17 +145,48 @@ def test_tokens_never_leave_their_secrets(
             assert token not in text, f"a token appears in the {where}"
 
 
-def test_the_good_drafter_at_k1_against_a_k5_stable_is_rolled_back_on_latency(
+TABLE_ROLLOUT: dict[str, Any] = {
+    "steps": [{"weight": 50, "pause": {"duration": "60s"}}],
+    "analysis": {"interval": "5s", "window": "30s"},
+}
+"""Issue 24's settings, as a new user would write them: one 50% step with a 60 s pause, every guardrail and
+fallback at its default."""
+
+
+def table_canary(fleet: Fleet, simulator: Simulator, canary: dict[str, Any], scenario: dict[str, Any]) -> str:
+    """Llama-3.1-8B on 4 MI300X replicas at 4 requests/s per pod, serving EAGLE-3 k=5; then `canary`."""
+    simulator.put({**scenario, "defaults": {**scenario["defaults"], "load": 4.0}})
+    fleet.apply(sdep(replicas=4, rollout=TABLE_ROLLOUT, speculative=EAGLE3_K5))
+    old = wait_for("Healthy", fleet.phase_is("llama", "Healthy"), timeout=90)["stableRevision"]
+    fleet.patch_spec("llama", {"speculative": canary})
+    return wait_for("a canary", lambda: (c := fleet.status("llama").get("canaryRevision")) != old and c)
+
+
+def test_a_canary_failing_5_percent_of_requests_is_rolled_back_not_promoted(
     guarded_operator: Operator, simulator: Simulator, fleet: Fleet
 ) -> None:
-    """With prompts that vary little in acceptance (spread 0.05), k 1 is about 25% slower per token at p95.
-
-    (With a spread of 0.1 the low-acceptance prompts' tail makes k 5's p95 nearly as slow: ~10%.)"""
-    simulator.put({**SCENARIO, "defaults": {**SCENARIO["defaults"], "acceptance_spread": 0.05}})
-    start_canary(fleet, {**EAGLE3_K5, "numSpeculativeTokens": 1}, stable=EAGLE3_K5)
-    wait_for("rollback", fleet.phase_is("llama", "RolledBack"), timeout=180)
+    """The same drafter, whose canary pods fail 1 request in 20: 240 requests used to be enough to promote it."""
+    failing = {"target": "*", "drafter": GOOD_DRAFTER, "track": "canary", "error_rate": 0.05}
+    started = time.monotonic()
+    table_canary(fleet, simulator, {**EAGLE3_K5, "revision": "v2"}, {**SCENARIO, "pairs": [failing]})
+    wait_for("rollback", fleet.phase_is("llama", "RolledBack"), timeout=600)
+    print(f"\n5% errors rolled back {time.monotonic() - started:.0f} s after the change")
     outcome = last_outcome(fleet)
-    assert "per-token p95" in outcome["reason"] and "lower bound > limit 10%" in outcome["reason"], outcome
+    assert "error rate" in outcome["reason"] and "lower bound > limit 1.00%" in outcome["reason"], outcome
+    assert [h["outcome"] for h in fleet.status("llama")["history"]] == ["RolledBack"]
+
+
+def test_the_good_drafter_at_k1_against_a_k5_stable_is_rolled_back_on_the_mean_per_token_latency(
+    guarded_operator: Operator, simulator: Simulator, fleet: Fleet
+) -> None:
+    """alpha 0.8 at the simulator's default acceptance spread: k=1 is much slower per token on average (the
+    oracle: 3.37 vs 2.16 ms), while its p95 moves little (the worst-guessed prompts gain least from any k)."""
+    started = time.monotonic()
+    table_canary(fleet, simulator, {**EAGLE3_K5, "numSpeculativeTokens": 1}, SCENARIO)
+    wait_for("rollback", fleet.phase_is("llama", "RolledBack"), timeout=600)
+    print(f"\nk=1 vs k=5 rolled back {time.monotonic() - started:.0f} s after the change")
+    outcome = last_outcome(fleet)
+    assert "per-token mean" in outcome["reason"] and "lower bound > limit 5%" in outcome["reason"], outcome
     assert "acceptance alpha" not in outcome["reason"]  # acceptance was fine: latency decided
     assert outcome["acceptanceAlpha"] == pytest.approx(0.8, abs=0.06)
 
@@ -184,9 +218,11 @@ def test_an_a_a_canary_is_promoted_not_rolled_back(
 ) -> None:
     fleet.apply(sdep(rollout=ROLLOUT, speculative=EAGLE3_K5))
     stable = wait_for("Healthy", fleet.phase_is("llama", "Healthy"), timeout=90)["stableRevision"]
+    started = time.monotonic()
     fleet.patch_spec("llama", {"engine": {"tensorParallelSize": 2, "env": [{"name": "SPECFLEET_AA", "value": "1"}]}})
     canary = wait_for("a canary", lambda: (c := fleet.status("llama").get("canaryRevision")) != stable and c)
-    wait_for("promotion", lambda: fleet.status("llama").get("stableRevision") == canary, timeout=180)
+    wait_for("promotion", lambda: fleet.status("llama").get("stableRevision") == canary, timeout=420)
+    print(f"\nan A/A canary promoted {time.monotonic() - started:.0f} s after the change")
     assert [h["outcome"] for h in fleet.status("llama")["history"]] == ["Promoted"]
 
 
@@ -200,7 +236,7 @@ def test_an_a_a_canary_keeps_up_with_stable_under_the_throughput_and_kv_guardrai
     fleet.patch_spec("llama", {"engine": {"tensorParallelSize": 2, "env": [{"name": "SPECFLEET_AA", "value": "1"}]}})
     canary = wait_for("a canary", lambda: (c := fleet.status("llama").get("canaryRevision")) != stable and c)
     status = wait_for(
-        "promotion", lambda: (s := fleet.status("llama")).get("stableRevision") == canary and s, timeout=180
+        "promotion", lambda: (s := fleet.status("llama")).get("stableRevision") == canary and s, timeout=420
     )
     reasons = status["lastAnalysis"]["reasons"]
     assert any(r.startswith("completed") and "limit 10%" in r for r in reasons), reasons
@@ -218,7 +254,7 @@ def test_a_drafter_that_turns_bad_after_the_first_step_is_caught(
     fleet.apply(sdep(rollout=rollout, speculative=EAGLE3_K5))
     stable = wait_for("Healthy", fleet.phase_is("llama", "Healthy"), timeout=90)["stableRevision"]
     fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 4}})
-    wait_for("step 2", lambda: fleet.status("llama").get("currentStep") == 1, timeout=180)
+    wait_for("step 2", lambda: fleet.status("llama").get("currentStep") == 1, timeout=420)
     simulator.put(
         {**SCENARIO, "pairs": [{"target": "*", "drafter": "yuhuili/*", "track": "canary", "acceptance": 0.25}]}
     )
@@ -278,7 +314,7 @@ def test_prometheus_going_away_holds_the_rollout_then_follows_the_policy(
         wait_for(
             "a passing analysis",
             lambda: (fleet.status("llama").get("lastAnalysis") or {}).get("verdict") == "Pass",
-            timeout=120,
+            timeout=360,
         )
         prometheus.stop()
         held = wait_for(

@@ -134,3 +134,28 @@ def test_status_as_json_or_yaml_is_exact(monkeypatch: pytest.MonkeyPatch, output
     assert result.exit_code == 0, result.output
     assert load(result.stdout) == STATUS
     assert REASON.strip() in result.stdout  # one line, not folded
+
+
+def test_status_shows_each_guardrails_estimate_bounds_limit_and_what_it_still_needs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    needs = "~1,900 more canary requests, ~4 min at the current rate"
+    checks = [
+        {"guardrail": "maxErrorRateIncrease", "verdict": "Inconclusive", "estimate": 0.0, "lower": -0.012,
+         "upper": 0.017, "limit": 0.01, "needs": needs},
+        {"guardrail": "maxTokenLatencyMeanRegression", "verdict": "Pass", "estimate": -0.3, "lower": -0.33,
+         "upper": -0.27, "limit": 0.05},
+    ]  # fmt: skip
+    status = {"phase": "Progressing", "lastAnalysis": {"verdict": "Inconclusive", "time": "t", "checks": checks}}
+
+    class Fleet:
+        def get_namespaced_custom_object(self, *args: Any) -> dict[str, Any]:
+            return {"metadata": {"name": "llama", "namespace": "ns"}, "spec": {}, "status": status}
+
+    monkeypatch.setattr(view, "connect", lambda *a: view.Cluster(Fleet(), "ns"))  # type: ignore[arg-type]
+    result = CliRunner().invoke(app, ["status", "llama"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    error_row = next(line for line in result.stdout.splitlines() if "error rate vs stable" in line)
+    assert "Inconclusive" in error_row and "-1.20 pt .. +1.70 pt" in error_row and needs in error_row
+    mean_row = next(line for line in result.stdout.splitlines() if "mean per token vs stable" in line)
+    assert "Pass" in mean_row and "-30.0%" in mean_row and "+5.0%" in mean_row

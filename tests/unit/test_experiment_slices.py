@@ -115,13 +115,23 @@ def test_a_slice_that_fails_a_guardrail_goes_at_once_and_the_others_carry_on() -
     assert states(fleet) == [CandidateState.LOST, CandidateState.FAILED, CandidateState.CHOSEN]
 
 
-def test_a_measured_slice_keeps_serving_until_every_slice_is_done() -> None:
+def test_a_slice_that_passes_first_keeps_measuring_until_every_slice_passes_at_one_look() -> None:
+    """A Pass needs evidence, so slices pass at different looks: the first to pass keeps measuring (and serving,
+    so per-pod load stays what the others are measured at), and all are measured at the look where all pass."""
     fleet = slices_fleet(2, 3, 6)
     seen = ready_for_a_window(fleet)
-    decision = fleet.step_with(candidates=seen, candidate_analyses={0: slice_analysis(fleet, 0, 0.9)})
-    assert states(fleet) == [CandidateState.MEASURED, CandidateState.MEASURING, CandidateState.MEASURING]
-    assert [i for i, _ in decision.candidates] == [0, 1, 2]  # per-pod load stays what the others are measured at
+    waiting = {i: slice_analysis(fleet, i, 0.95, Verdict.INCONCLUSIVE) for i in (1, 2)}
+    decision = fleet.step_with(candidates=seen, candidate_analyses={0: slice_analysis(fleet, 0, 0.9), **waiting})
+    assert states(fleet) == [CandidateState.MEASURING] * 3
+    assert [i for i, _ in decision.candidates] == [0, 1, 2]
     assert decision.stable is not None and decision.stable.replicas == 2
+    fleet.now += timedelta(seconds=60)
+    later = {i: slice_analysis(fleet, i, ratio, seconds=120) for i, ratio in ((0, 0.9), (1, 0.95), (2, 0.97))}
+    fleet.step_with(candidates=seen, candidate_analyses=later)
+    assert fleet.status.experiment is not None
+    candidates = fleet.status.experiment.candidates
+    assert [c.state for c in candidates].count(CandidateState.MEASURING) == 0
+    assert len({c.looked_at for c in candidates}) == 1  # one look, one range for every ratio to stable
 
 
 def test_half_a_window_of_passing_evidence_measures_nothing() -> None:

@@ -12,6 +12,7 @@ from specfleet.stats import (
     look_error,
     quantile_bounds,
     requests_to_bound,
+    sequence_z,
     wilson_bounds,
     z_score,
 )
@@ -107,3 +108,29 @@ def test_fewer_independent_samples_widen_the_bounds() -> None:
     data = binned([rng.uniform(0.001, 0.01) for _ in range(2000)])
     z = z_score(0.01)
     assert quantile_bounds(data, 0.95, z, samples=200).lower < quantile_bounds(data, 0.95, z).lower
+
+
+def test_a_confidence_sequence_holds_at_every_look_at_once() -> None:
+    """Random walks watched at every sample: the mixture boundary is crossed by at most `error` of them, where
+    a fixed-sample bound at the same level is crossed by most (looking again and again is free only for the first)."""
+    rng = random.Random(3)
+    error, walks, samples = 0.05, 1000, 1000
+    fixed = z_score(error)
+    crossed_sequence = crossed_fixed = 0
+    for _ in range(walks):
+        total, sequence, once = 0.0, False, False
+        for n in range(1, samples + 1):
+            total += rng.gauss(0.0, 1.0)
+            z = total / math.sqrt(n)
+            sequence = sequence or z > sequence_z(n, error)
+            once = once or z > fixed
+        crossed_sequence += sequence
+        crossed_fixed += once
+    assert crossed_sequence / walks <= error
+    assert crossed_fixed / walks > 3 * error
+
+
+def test_a_confidence_sequence_narrows_as_evidence_grows() -> None:
+    widths = [sequence_z(n, 0.001) / math.sqrt(n) for n in (100, 200, 400, 800, 1600, 3200)]
+    assert widths == sorted(widths, reverse=True)
+    assert 1 < sequence_z(1000, 0.001) / z_score(0.001) < 1.5  # the price of looking at will, at a canary's size

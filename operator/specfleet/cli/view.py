@@ -9,7 +9,7 @@ The typer commands (`specfleet.cli.rollouts`) use the same functions.
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -137,6 +137,50 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
+def _change(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1%}"
+
+
+def _points(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:+.2f} pt"
+
+
+GUARDRAIL_UNITS: dict[str, tuple[str, Callable[[float | None], str]]] = {
+    "minAcceptanceAlpha": ("acceptance alpha", _fraction),
+    "maxTokenLatencyP95Regression": ("p95 per token vs stable", _change),
+    "maxTokenLatencyMeanRegression": ("mean per token vs stable", _change),
+    "maxErrorRateIncrease": ("error rate vs stable", _points),
+    "maxErrorRate": ("error rate", _pct),
+    "maxStepLatencyP95Seconds": ("p95 per step", _ms),
+    "maxQueueTimeP95Seconds": ("p95 queue time", _seconds),
+    "maxThroughputDrop": ("completed share drop", _change),
+    "maxKvCacheUsage": ("KV cache used (mean)", _pct),
+    "minRequests": ("canary requests", lambda v: "-" if v is None else f"{v:.0f}"),
+}
+"""How each guardrail's estimate, bounds and limit read: a change against stable, points, a share, a time."""
+
+
+def guardrail_table(checks: list[dict[str, Any]]) -> Table:
+    """Per guardrail: its verdict, the estimate, the confidence bounds, the limit, and what it still needs."""
+    table = Table(title="Guardrails", header_style="bold", title_justify="left")
+    for column in ("guardrail", "verdict", "estimate", "bounds", "limit", "needs"):
+        table.add_column(column, justify="left" if column in ("guardrail", "needs") else "right")
+    styles = {"Pass": "green", "Fail": "red"}
+    for check in checks:
+        label, fmt = GUARDRAIL_UNITS.get(check["guardrail"], (check["guardrail"], _fraction))
+        lower, upper = check.get("lower"), check.get("upper")
+        bounds = "-" if lower is None or upper is None else f"{fmt(lower)} .. {fmt(upper)}"
+        table.add_row(
+            label,
+            Text(check["verdict"], style=styles.get(check["verdict"], "yellow")),
+            fmt(check.get("estimate")),
+            bounds,
+            fmt(check.get("limit")),
+            check.get("needs") or "",
+        )
+    return table
+
+
 def _age(timestamp: str | None) -> str:
     if not timestamp:
         return "-"
@@ -220,6 +264,7 @@ def render_status(obj: dict[str, Any]) -> Group:
             ("acceptance alpha (per token)", _fraction, "acceptanceAlpha"),
             ("accepted/drafted (falls with k)", _pct, "acceptanceRate"),
             ("mean accepted length", _fraction, "meanAcceptedLength"),
+            ("mean latency per token", _ms, "tokenLatencyMeanSeconds"),
             ("p50 latency per token", _ms, "tokenLatencyP50Seconds"),
             ("p95 latency per token", _ms, "tokenLatencyP95Seconds"),
             ("p95 latency per step", _ms, "stepLatencyP95Seconds"),
@@ -237,6 +282,8 @@ def render_status(obj: dict[str, Any]) -> Group:
         for label, fmt, key in rows:
             measures.add_row(label, fmt(canary.get(key)), fmt(stable.get(key)))
         parts.append(measures)
+        if analysis.get("checks"):
+            parts.append(guardrail_table(analysis["checks"]))
         if analysis.get("reasons"):
             parts.append(Text("\n".join(f"• {r}" for r in analysis["reasons"]), style="yellow"))
         if canary.get("acceptancePerPosition"):

@@ -280,6 +280,7 @@ def _measure_slices(p: Pass) -> Pass:
         return _abort(p.acknowledging(Command.ABORT), "aborted by the user")
     for candidate in _measuring(p):
         p = _look_at_slice(p, candidate)
+    p = _measure_together(p)
     p = _when_to_measure(p)
     live = _measuring(p)
     if not live:
@@ -318,8 +319,25 @@ def _look_at_slice(p: Pass, candidate: CandidateResult) -> Pass:
     p = _mark(p, candidate.index, looks=looks, looked_at=analysis.time, reason="; ".join(analysis.reasons)[:1024])
     if analysis.verdict is Verdict.FAIL:
         return _fail_slice(p, candidate, f"guardrail failed: {'; '.join(analysis.reasons)}")
-    if analysis.verdict is Verdict.PASS and _covers_a_window(p, analysis, ready_at):
-        return _measured(p, candidate, analysis)
+    return p
+
+
+def _measure_together(p: Pass) -> Pass:
+    """The live slices are measured at one look, once every one of them passes on a whole window: a slice that
+    passes first keeps measuring (its evidence grows with the others'), so every ratio to stable is read over
+    the same range. A slice that fails leaves; the others go on."""
+    live = _measuring(p)
+    fresh = [(c, p.obs.candidate_analyses.get(c.index)) for c in live]
+    passed = [
+        (c, a)
+        for c, a in fresh
+        if a is not None and a.revision == c.revision and a.verdict is Verdict.PASS and c.ready_at is not None
+        if _covers_a_window(p, a, c.ready_at)
+    ]
+    if not live or len(passed) < len(live):
+        return p
+    for candidate, analysis in passed:
+        p = _measured(p, candidate, analysis)
     return p
 
 
