@@ -1,27 +1,52 @@
-"""Benchmark: how fast the canary judge catches a regression, and how often it fails a canary that changed nothing.
+"""Benchmark: the canary judge's decision matrix, run against the simulator as the operator judges.
 
-The simulator is the ground truth. Each trial simulates, in process, the vLLM engines of one canary step
-of a 4-replica fleet (1 canary pod, 3 stable pods, the same offered load per pod): Llama-3.1-8B on
-MI325X with EAGLE-3 at k=4, each request with its own acceptance. At every analysis interval the
-evidence over the window is cut from the engines' counters and histogram buckets as Prometheus'
-`increase()` holds them, and each judge decides on the same evidence:
+Which canaries are promoted, which rolled back, how fast, for effects x loads x analysis settings.
 
-- `old`: specfleet's first judge, kept here for comparison: p95 *per-step* inter-token latency within
-  10% of stable's and accepted/drafted tokens >= 0.6 (point estimates), errors <= 1%, failureLimit 1;
-- `old, step ITL only`: the same without its accepted/drafted floor, to compare the latency measures;
-- `new`: the judge with its defaults (per-token p95 vs stable, limit 10%; acceptance alpha >= 0.6;
-  errors vs stable; sequential confidence bounds at 99%; failureLimit 0);
-- `new, limit 0`: the same with `maxTokenLatencyP95Regression: 0`, for users to whom any slowdown is a
-  regression: the A/A canary then sits exactly on the limit, the hardest case for false rollbacks.
+The simulator is the ground truth. Each canary simulates, in process, the vLLM engines of a one-step
+rollout of a 4-replica fleet (1 canary pod, 3 stable pods, the same offered load per pod): Llama-3.1-8B on
+MI325X, EAGLE-3 at k=4 with alpha 0.8 unless the effect says otherwise, each request its own acceptance,
+step noise on. The stable pods have served for 30 s when the canary pod is Ready (its evidence starts
+then, from an empty engine). Every `TICK` the engines' counters and histogram buckets are cut as
+Prometheus' `increase()` would hold them (exact: no scrape jitter), and the operator is modelled on them:
 
-Effects are what a user's config has. Harmful: the canary's engine steps take X% longer; the drafter's
-per-token acceptance alpha is X under the 0.6 floor (both tracks run it, so only the acceptance
-guardrail can tell); a weaker drafter on the canary (same step time, fewer tokens per step). Good:
-an A/A canary, and EAGLE-3 replacing a plain stable (faster per token, slower per step). Prints the
-settings, what each measure says, and the tables; writes docs/judge-roc.png.
+- each analysis judges everything since the step's Ready (cumulative evidence: confidence-sequence
+  bounds), with the trailing `window` as a fail-only `Recent` check once the evidence is longer than it;
+  `steps` = 1, the default guardrails, `confidence` 0.99, `failureLimit` 0;
+- a Fail rolls back at once; a Pass once the step's pause is over promotes (at the pause's end when the
+  last analysis before it passed, as the operator's pass at the pause's end does); Inconclusive analyses in
+  a row roll back after `onNoData.after` (its default, 30 minutes, counted from the first of them, as the
+  operator counts).
+  Still undecided `HORIZON` after Ready: "waiting".
 
-    python benchmarks/judge_roc.py --load 12        # 30 canaries per effect, the figures in docs/judge.md
-    python benchmarks/judge_roc.py --trials 4 --good-trials 4 --no-plot   # a quick look
+Effects (what the canary has that stable does not):
+- A/A: the same config on both tracks;
+- good: the canary's EAGLE-3 drafter (alpha 0.8) replaces stable's weaker one (alpha 0.6): mean per-token
+  latency ~31% lower (a new drafter model, so not `same_drafter`);
+- errors +2% / +5% (absolute): the scenario's `error_rate` knob on the canary (the simulator ends that
+  share of requests with finished_reason=error part-way through, as vLLM counts them);
+- mean per-token latency +20% / +50% with the p95 *lower*: the canary runs stable's drafter at k=2 / k=1
+  against stable's k=5, on a workload whose prompts differ (requests' alphas spread 0.2 on both tracks):
+  a smaller k slows the well-guessed majority, while the p95 is set by the worst-guessed prompts, which
+  gain nothing from a deeper draft (measured: mean +19% / +47%, p95 -13% / -10%);
+- p95 +15% / +30%: every term of the canary's engine step 15% / 30% slower (HBM efficiency, step and
+  drafter overheads); mean and p95 move alike (+14-17% / +30-37%, more at higher load: larger batches);
+- alpha 0.50, 0.1 under the 0.6 floor: a new drafter on the canary against a stable that does not
+  speculate; still faster than stable, so only the acceptance guardrail can tell.
+
+Loads: 2, 4 and 12 requests/s per pod. Settings: a 30 s window and 1 minute pause with an analysis every
+10 s, and a 5 minute window and 10 minute pause with an analysis every minute. Both settings judge the same
+simulated canaries (common random numbers); each canary is simulated until both have decided and, for
+good and A/A canaries, until the judge's first Pass in each (its statistical time, without the pause).
+
+For good and A/A canaries the time to the first Pass is set against a fixed-sample test of the same
+power: one one-sided test per guardrail at the same per-side error ((1 - confidence) / 2 / (steps x
+guardrails)), on the judge's own standard errors (median over the cell's canaries), needs
+n = ((z_error + z_power) sigma / (limit - effect))^2 canary requests for the mean and p95 (effect 0 for
+A/A), the error-rate bound at 0 errors a fixed count; n is the largest, at power 0.5 against the cell's
+median time to the first Pass (at that time the judge had passed half the canaries), / the load = time.
+
+    python benchmarks/judge_roc.py --workers 1                      # 30 canaries per cell, docs/benchmarks.md
+    python benchmarks/judge_roc.py --quick --no-plot                # a quick look: 2 canaries, 12 req/s only
 
 It starts no cluster and no server, only `--workers` worker processes: they ignore Ctrl-C (the parent
 handles it and terminates them), die with the parent even if it is killed, and are stopped when the run
@@ -35,23 +60,26 @@ import math
 import multiprocessing
 import random
 import signal
+import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specfleet.api.spec import Guardrails
+from specfleet.api.durations import parse_duration
+from specfleet.api.spec import AnalysisSpec, Guardrails
 from specfleet.api.status import Verdict
 from specfleet.devcluster.process import signals_as_interrupts
 from specfleet.hardware import MI325X
-from specfleet.judge import TrackEvidence, judge
+from specfleet.judge import Judgement, Recent, TrackEvidence, judge, judged_guardrails
 from specfleet.render.argv import FINE_ITL_BUCKETS
 from specfleet.sim.engine import Engine, Histogram, Metrics, configure
 from specfleet.sim.pods import parse_vllm_args
 from specfleet.sim.scenario import parse_scenario, resolve
-from specfleet.stats import Binned
+from specfleet.stats import Binned, binned_sd, common_bounds, log_quantile_se, requests_to_bound, wilson_bounds, z_score
 
 TARGET = "meta-llama/Llama-3.1-8B-Instruct"
 DRAFTER = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
@@ -60,11 +88,26 @@ GOOD_ALPHA = 0.8
 LOAD = 4.0
 STABLE_PODS = 3
 WARMUP = 30.0
-INTERVAL = 60.0
+"""Seconds the stable pods serve before the canary pod is Ready (its evidence starts then)."""
 WINDOW = 300.0
 BASE = {"acceptance": GOOD_ALPHA, "output_tokens": 256}
 STEP_TIME_KNOBS = {"bandwidth_efficiency": 0.7, "step_overhead_ms": 1.0, "draft_pass_overhead_ms": 0.2}
 """The simulator's defaults for every term of an engine step; a latency effect scales all of them."""
+
+LOADS = (2.0, 4.0, 12.0)
+TICK = 10.0
+"""Seconds between cuts of the counters: every analysis interval is a multiple of it."""
+ON_NO_DATA = parse_duration(AnalysisSpec().on_no_data.after).total_seconds()
+"""`analysis.onNoData.after` (its default), action Rollback."""
+HORIZON = ON_NO_DATA + 600.0
+"""Seconds after Ready a canary is followed; one still undecided then is `waiting`."""
+CONFIDENCE = 0.99
+STEPS = 1
+GUARDRAILS = Guardrails()
+POWER = 0.5
+"""Power at which the fixed-sample test is compared: the judge's median time to a Pass is where it has 0.5."""
+TIME_GOAL = 3.0
+"""The judge's median time to a Pass should be within this many times the fixed-sample test's."""
 
 
 def argv(k: int | None) -> list[str]:
@@ -77,10 +120,10 @@ def argv(k: int | None) -> list[str]:
     return [TARGET, "--tensor-parallel-size", "1", *speculative, "--custom-histogram-buckets", buckets]
 
 
-def engine(track: str, knobs: dict[str, Any], seed: int, k: int | None = K) -> Engine:
+def engine(track: str, knobs: dict[str, Any], seed: int, k: int | None = K, start: float = 0.0) -> Engine:
     args = parse_vllm_args(argv(k))
     params = resolve(parse_scenario({"defaults": {**BASE, **knobs}}), args.identity(track))
-    return Engine(configure(args, params, MI325X), args.histogram_buckets, random.Random(seed), 0.0)
+    return Engine(configure(args, params, MI325X), args.histogram_buckets, random.Random(seed), start)
 
 
 @dataclass(frozen=True)
@@ -151,137 +194,524 @@ def evidence(now: Snapshot, then: Snapshot, seconds: float, speculative: bool) -
     )
 
 
-Looks = list[tuple[TrackEvidence, TrackEvidence]]
+def _span(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    return f"{seconds / 60:.1f} min".replace(".0 min", " min")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """`analysis.window`, the step's pause and `analysis.interval`, in seconds."""
+
+    window: float
+    pause: float
+    interval: float
+
+    @property
+    def name(self) -> str:
+        return f"{_span(self.window)} / {_span(self.pause)}"
+
+
+SETTINGS = (Setting(30.0, 60.0, 10.0), Setting(300.0, 600.0, 60.0))
 
 
 @dataclass(frozen=True)
 class Effect:
     """What a canary has that its stable does not, as a user would state it."""
 
+    key: str
     name: str
     harmful: bool
-    """A change that should be rolled back (counted as detection), or one that should not (false rollbacks)."""
+    """A change that must be rolled back, or one that must be promoted."""
     knobs: dict[str, Any] = field(default_factory=dict)
     """Scenario knobs of both tracks."""
     canary: dict[str, Any] = field(default_factory=dict)
     """Scenario knobs of the canary only."""
+    stable: dict[str, Any] = field(default_factory=dict)
+    """Scenario knobs of stable only."""
     canary_k: int | None = K
     stable_k: int | None = K
+    new_drafter: bool = False
+    """The canary serves another drafter model than stable's (the operator's `same_drafter` is then false)."""
+    past: str = ""
+    """How far past which limit, for the targets (`2x maxErrorRateIncrease`)."""
+
+    @property
+    def same_drafter(self) -> bool:
+        return self.canary_k is not None and self.stable_k is not None and not self.new_drafter
 
 
-def simulate(effect: Effect, load: float, looks: int, seed: int) -> Looks:
-    """Run 1 canary and 3 stable pods; the evidence (canary, stable) each judge sees at looks 1..n."""
-    knobs = {**effect.knobs, "load": load}
-    canary = [engine("canary", {**knobs, **effect.canary}, seed, k=effect.canary_k)]
-    stable = [engine("stable", knobs, seed * 100 + i + 1, k=effect.stable_k) for i in range(STABLE_PODS)]
-    snapshots: list[tuple[Snapshot, Snapshot]] = []
-    for n in range(looks + 1):
-        t = WARMUP + n * INTERVAL
-        for pod in (*canary, *stable):
-            pod.advance_to(t)
-        snapshots.append((snapshot([p.metrics for p in canary]), snapshot([p.metrics for p in stable])))
-    result = []
-    for n in range(1, looks + 1):
-        back = max(0, n - round(WINDOW / INTERVAL))
-        seconds = (n - back) * INTERVAL
-        (c_now, s_now), (c_then, s_then) = snapshots[n], snapshots[back]
-        result.append(
-            (
-                evidence(c_now, c_then, seconds, effect.canary_k is not None),
-                evidence(s_now, s_then, seconds, effect.stable_k is not None),
+def _slower(x: float) -> dict[str, float]:
+    return {
+        "bandwidth_efficiency": STEP_TIME_KNOBS["bandwidth_efficiency"] / (1 + x),
+        "step_overhead_ms": STEP_TIME_KNOBS["step_overhead_ms"] * (1 + x),
+        "draft_pass_overhead_ms": STEP_TIME_KNOBS["draft_pass_overhead_ms"] * (1 + x),
+    }
+
+
+SPREAD = {"acceptance_spread": 0.2}
+EFFECTS = (
+    Effect("aa", "A/A", False),
+    Effect("good", "good: alpha 0.6 -> 0.8 drafter (mean -31%)", False, stable={"acceptance": 0.6}, new_drafter=True),
+    Effect("err2", "errors +2%", True, canary={"error_rate": 0.02}, past="2x maxErrorRateIncrease"),
+    Effect("err5", "errors +5%", True, canary={"error_rate": 0.05}, past="5x maxErrorRateIncrease"),
+    Effect("mean20", "mean +20% (k=2 vs k=5; p95 -13%)", True, SPREAD, canary_k=2, stable_k=5, past="4x mean limit"),
+    Effect("mean50", "mean +50% (k=1 vs k=5; p95 -10%)", True, SPREAD, canary_k=1, stable_k=5, past="10x mean limit"),
+    Effect("p95x15", "p95 +15% (steps +15%)", True, canary=_slower(0.15), past="3x mean limit"),
+    Effect("p95x30", "p95 +30% (steps +30%)", True, canary=_slower(0.30), past="3x p95 limit"),
+    Effect(
+        "alpha",
+        "alpha 0.50 (floor 0.6; vs no drafter)",
+        True,
+        canary={"acceptance": 0.5},
+        stable_k=None,
+        new_drafter=True,
+        past="0.1 under minAcceptanceAlpha",
+    ),
+)
+
+
+def effect(key: str) -> Effect:
+    return next(e for e in EFFECTS if e.key == key)
+
+
+PROMOTED, FAILED, NO_DATA, WAITING = "promoted", "rolled back (Fail)", "rolled back (onNoData)", "waiting"
+
+
+@dataclass
+class Rollout:
+    """The operator's moves on one canary under one setting, fed the judge's verdicts look by look
+    (specfleet.rollout.canary: `_judge`, `_no_verdict`, `_hold_step`; failureLimit 0, onNoData Rollback)."""
+
+    setting: Setting
+    on_no_data: float = ON_NO_DATA
+    """Seconds of Inconclusive analyses in a row before the rollback; 0: never (the canary waits)."""
+    outcome: str | None = None
+    decided_at: float | None = None
+    first_pass: float | None = None
+    """When the judge first passed the canary (whatever the operator had done by then)."""
+    looks: int = 0
+    failed_looks: int = 0
+    last: Verdict | None = None
+    last_time: float = 0.0
+    no_data: float = 0.0
+    failed: tuple[str, ...] = ()
+    """The guardrails that failed the canary when it was rolled back (a trailing-window failure is `recent:...`)."""
+    reason: str = ""
+    """The verdict's reasons at the decision."""
+    fixed: dict[str, float] = field(default_factory=dict)
+    """What the fixed-sample comparison needs, read at the first Pass (or the last look): see `spreads`."""
+
+    def due(self, t: float) -> bool:
+        return abs(t / self.setting.interval - round(t / self.setting.interval)) < 1e-9
+
+    def _decide(self, outcome: str, t: float, reason: str = "") -> None:
+        if self.outcome is None:
+            self.outcome, self.decided_at, self.reason = outcome, t, reason
+
+    def pause_over(self, t: float) -> None:
+        """The operator's pass at the pause's end (and every later one): the last analysis passed, promote."""
+        if self.last is Verdict.PASS and t >= self.setting.pause:
+            self._decide(PROMOTED, max(self.setting.pause, self.last_time), "all steps passed")
+
+    def take(self, t: float, judgement: Judgement) -> None:
+        """One analysis at `t` seconds after Ready (call `pause_over(t)` first: the pass at `t` acts on the
+        previous analysis before this one is in)."""
+        verdict = judgement.verdict
+        self.looks += 1
+        reason = "; ".join(judgement.reasons)
+        if verdict is Verdict.PASS:
+            self.first_pass = t if self.first_pass is None else self.first_pass
+            self.no_data = 0.0
+            self.last, self.last_time = verdict, t
+            self.pause_over(t)
+            return
+        if verdict is Verdict.FAIL:
+            self.failed_looks += 1
+            if self.outcome is None:
+                failed = [c.guardrail for c in judgement.checks if c.verdict is Verdict.FAIL]
+                self.failed = tuple(  # a Fail's reasons are its failed checks', in order
+                    ("recent:" if message.startswith("over the last") else "") + guardrail
+                    for guardrail, message in zip(failed, judgement.reasons, strict=False)
+                )
+            self._decide(FAILED, t, reason)
+            self.no_data = 0.0
+        elif self.last is Verdict.INCONCLUSIVE:
+            self.no_data += t - self.last_time
+        self.last, self.last_time = verdict, t
+        if verdict is Verdict.INCONCLUSIVE and self.on_no_data and self.no_data >= self.on_no_data:
+            self._decide(NO_DATA, t, reason)
+
+
+def spreads(canary: TrackEvidence, stable: TrackEvidence) -> dict[str, float]:
+    """The judge's own standard errors of the log ratios of the mean and the p95 per-token latency, scaled
+    to one canary request (x sqrt(canary requests)), with the estimates: what a fixed-sample test needs."""
+    c, s = canary.token_latency, stable.token_latency
+    if c is None or s is None or not canary.token_latency_mean or not stable.token_latency_mean or c.total <= 1:
+        return {}
+    shared = common_bounds(c, s)
+    cc, ss = c.on(shared), s.on(shared)
+    n = cc.total
+    mean_se = math.hypot(
+        binned_sd(c) / (canary.token_latency_mean * math.sqrt(c.total)),
+        binned_sd(s) / (stable.token_latency_mean * math.sqrt(s.total)),
+    )
+    p95_se = math.hypot(log_quantile_se(cc, 0.95), log_quantile_se(ss, 0.95))
+    return {
+        "requests": n,
+        "mean": math.log(canary.token_latency_mean / stable.token_latency_mean),
+        "mean_sigma": mean_se * math.sqrt(n),
+        "p95": math.log(cc.value_at(0.95) / ss.value_at(0.95)),
+        "p95_sigma": p95_se * math.sqrt(n) if math.isfinite(p95_se) else math.inf,
+    }
+
+
+def per_side_error(guardrails: Guardrails = GUARDRAILS, speculative: bool = True) -> float:
+    """The judge's error per side and guardrail: (1 - confidence) / 2 / (steps x guardrails)."""
+    return (1 - CONFIDENCE) / 2 / (STEPS * judged_guardrails(guardrails, speculative))
+
+
+def fixed_requests(
+    fixed: dict[str, float], guardrails: Guardrails = GUARDRAILS, power: float = POWER
+) -> tuple[float, str]:
+    """Canary requests a fixed-sample test at the judge's per-side error needs to pass a canary with `power`,
+    and the guardrail that needs most. `fixed`: `spreads` (estimates replaced by the true effects)."""
+    g = guardrails
+    z, z_power = z_score(per_side_error(g)), z_score(1 - power)
+    error_limit = g.max_error_rate_increase
+    needs = {
+        "minRequests": float(g.min_requests),
+        "p95 bound": float(requests_to_bound(0.95, z)),
+        # no errors on either track: the upper bound of the canary's rate is z^2 / (n + z^2)
+        "maxErrorRateIncrease": float(math.ceil(z * z * (1 - error_limit) / error_limit)),
+    }
+    for name, limit in (
+        ("maxTokenLatencyMeanRegression", g.max_token_latency_mean_regression),
+        ("maxTokenLatencyP95Regression", g.max_token_latency_p95_regression),
+    ):
+        key = "mean" if "Mean" in name else "p95"
+        room = math.log1p(limit) - fixed.get(key, 0.0)
+        sigma = fixed.get(f"{key}_sigma", math.inf)
+        needs[name] = ((z + z_power) * sigma / room) ** 2 if room > 0 and math.isfinite(sigma) else math.inf
+    assert wilson_bounds(0, needs["maxErrorRateIncrease"], z)[1] <= error_limit + 1e-12
+    binding = max(needs, key=lambda k: needs[k])
+    return needs[binding], binding
+
+
+def canary(
+    change: Effect,
+    load: float,
+    seed: int,
+    settings: Sequence[Setting] = SETTINGS,
+    horizon: float = HORIZON,
+    on_no_data: float = ON_NO_DATA,
+    until_pass: bool = True,
+    guardrails: Guardrails = GUARDRAILS,
+) -> list[Rollout]:
+    """Simulate one canary step and let the operator decide it under each setting.
+
+    Runs until every setting has decided and, with `until_pass`, the judge has passed a good or A/A canary
+    under each (its statistical time to a Pass), or `horizon` seconds after the canary's Ready."""
+    knobs = {**change.knobs, "load": load}
+    pods = [engine("canary", {**knobs, **change.canary}, seed, k=change.canary_k, start=WARMUP)]
+    stable = [
+        engine("stable", {**knobs, **change.stable}, seed * 100 + i + 1, k=change.stable_k) for i in range(STABLE_PODS)
+    ]
+
+    def cut() -> tuple[Snapshot, Snapshot]:
+        return snapshot([p.metrics for p in pods]), snapshot([p.metrics for p in stable])
+
+    for pod in stable:
+        pod.advance_to(WARMUP)
+    shots = [cut()]
+    rollouts = [Rollout(s, on_no_data) for s in settings]
+    wants_pass = until_pass and not change.harmful
+
+    def done(r: Rollout) -> bool:
+        return r.outcome is not None and (not wants_pass or r.first_pass is not None)
+
+    speculative = (change.canary_k is not None, change.stable_k is not None)
+    ticks = round(horizon / TICK)
+    for i in range(1, ticks + 1):
+        t = i * TICK
+        for pod in (*pods, *stable):
+            pod.advance_to(WARMUP + t)
+        shots.append(cut())
+        whole: tuple[TrackEvidence, TrackEvidence] | None = None
+        for r in rollouts:
+            if done(r) or not r.due(t):
+                continue
+            r.pause_over(t)
+            if done(r):
+                continue
+            if whole is None:
+                (c_now, s_now), (c_then, s_then) = shots[i], shots[0]
+                whole = evidence(c_now, c_then, t, speculative[0]), evidence(s_now, s_then, t, speculative[1])
+            recent = None
+            if t > r.setting.window:
+                (c_now, s_now), (c_then, s_then) = shots[i], shots[i - round(r.setting.window / TICK)]
+                recent = Recent(
+                    evidence(c_now, c_then, r.setting.window, speculative[0]),
+                    evidence(s_now, s_then, r.setting.window, speculative[1]),
+                    r.setting.window,
+                    r.looks + 1,
+                )
+            judgement = judge(
+                guardrails,
+                *whole,
+                speculative=speculative[0],
+                confidence=CONFIDENCE,
+                steps=STEPS,
+                same_drafter=change.same_drafter,
+                recent=recent,
             )
-        )
-    return result
+            r.take(t, judgement)
+            if wants_pass and (r.first_pass is None or r.first_pass == t):  # at the first Pass, else the last look
+                r.fixed = spreads(*whole)
+        if all(done(r) for r in rollouts):
+            break
+    for r in rollouts:
+        if r.outcome is None:
+            r.outcome = WAITING
+    return rollouts
 
 
-def old_judge(canary: TrackEvidence, stable: TrackEvidence, acceptance: bool = True) -> Verdict:
-    """specfleet's first judge: point estimates against bare thresholds (git show 5d8f42f:operator/specfleet/judge.py).
-
-    `acceptance=False` leaves out its accepted/drafted floor, to compare the latency guardrails alone."""
-    finished = sum(canary.finished.values())
-    drafted, accepted = canary.draft_tokens or 0.0, canary.accepted_tokens or 0.0
-    if acceptance and drafted >= 500 and accepted / drafted < 0.6:
-        return Verdict.FAIL
-    if finished < 20 or canary.step_latency is None or stable.step_latency is None:
-        return Verdict.INCONCLUSIVE
-    failed = (canary.finished.get("error", 0) + canary.finished.get("abort", 0)) / finished
-    itl, baseline = canary.step_latency.value_at(0.95), stable.step_latency.value_at(0.95)
-    if failed > 0.01 or itl > baseline * 1.1:
-        return Verdict.FAIL
-    return Verdict.PASS
+@dataclass(frozen=True)
+class Job:
+    change: Effect
+    load: float
+    seed: int
+    horizon: float
+    on_no_data: float
+    guardrails: Guardrails = GUARDRAILS
 
 
-def new_judge(guardrails: Guardrails, confidence: float) -> Callable[[TrackEvidence, TrackEvidence, int], Verdict]:
-    def decide(canary: TrackEvidence, stable: TrackEvidence, look: int) -> Verdict:
-        return judge(guardrails, canary, stable, speculative=True, confidence=confidence, look=look).verdict
+def _trial(job: Job) -> list[dict[str, Any]]:
+    rollouts = canary(
+        job.change, job.load, job.seed, horizon=job.horizon, on_no_data=job.on_no_data, guardrails=job.guardrails
+    )
+    return [{k: v for k, v in asdict(r).items() if k not in ("setting", "last")} for r in rollouts]
 
-    return decide
+
+@dataclass
+class Cell:
+    """Every canary of one effect at one load under one setting."""
+
+    change: Effect
+    load: float
+    setting: Setting
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    guardrails: Guardrails = GUARDRAILS
+
+    def share(self, outcome: str) -> float:
+        return sum(r["outcome"] == outcome for r in self.runs) / len(self.runs)
+
+    def count(self, outcome: str) -> int:
+        return sum(r["outcome"] == outcome for r in self.runs)
+
+    @property
+    def right(self) -> float:
+        """Share of canaries the operator treated rightly: rolled back if harmful (any cause), else promoted."""
+        if self.change.harmful:
+            return self.share(FAILED) + self.share(NO_DATA)
+        return self.share(PROMOTED)
+
+    def median_decision(self) -> float | None:
+        times = [r["decided_at"] for r in self.runs if r["decided_at"] is not None and r["outcome"] != WAITING]
+        return statistics.median(times) if times else None
+
+    def first_pass(self) -> float | None:
+        """Median time to the judge's first Pass (None when fewer than half the canaries passed)."""
+        times = sorted(r["first_pass"] if r["first_pass"] is not None else math.inf for r in self.runs)
+        median = statistics.median(times)
+        return median if math.isfinite(median) else None
+
+    def fixed(self) -> tuple[float, str] | None:
+        """Seconds a fixed-sample test of the same power needs at this load, and the guardrail that binds."""
+        found = [r["fixed"] for r in self.runs if r["fixed"]]
+        if not found:
+            return None
+        median = {k: statistics.median(f[k] for f in found) for k in found[0]}
+        if self.change.key == "aa":  # the truth is known: no effect at all
+            median["mean"] = median["p95"] = 0.0
+        requests, binding = fixed_requests(median, self.guardrails)
+        return (requests / self.load, binding) if math.isfinite(requests) else None
+
+    def failed_guardrails(self) -> Counter[str]:
+        return Counter(g for r in self.runs if r["outcome"] == FAILED for g in r["failed"])
 
 
-JUDGES: dict[str, tuple[Callable[[TrackEvidence, TrackEvidence, int], Verdict], int]] = {
-    "old (step ITL, accepted/drafted)": (lambda c, s, _look: old_judge(c, s), 1),
-    "old, step ITL only": (lambda c, s, _look: old_judge(c, s, acceptance=False), 1),
-    "new": (new_judge(Guardrails(), 0.99), 0),
-    "new, limit 0": (new_judge(Guardrails(max_token_latency_p95_regression=0.0), 0.99), 0),
+def _time(seconds: float | None) -> str:
+    return "-" if seconds is None else _span(seconds)
+
+
+def _pct(share: float) -> str:
+    return f"{share:.0%}" if share in (0, 1) or share >= 0.1 else f"{share:.1%}"
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join("---" for _ in headers) + " |"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+SHORT_NAMES = {
+    "minAcceptanceAlpha": "alpha",
+    "maxTokenLatencyP95Regression": "p95",
+    "maxTokenLatencyMeanRegression": "mean",
+    "maxErrorRateIncrease": "errors",
+    "minRequests": "minRequests",
 }
-"""Judge -> (decide(canary, stable, look), failureLimit)."""
 
 
-def rollback_look(
-    decide: Callable[[TrackEvidence, TrackEvidence, int], Verdict], limit: int, looks: Looks
-) -> int | None:
-    """The look at which the judge rolls back (the failure after `limit` tolerated ones), or None."""
-    failures = 0
-    for n, (canary, stable) in enumerate(looks, start=1):
-        if decide(canary, stable, n) is Verdict.FAIL:
-            failures += 1
-            if failures > limit:
-                return n
-    return None
+def _guardrails(counts: Counter[str]) -> str:
+    def short(name: str) -> str:
+        recent = name.startswith("recent:")
+        base = SHORT_NAMES.get(name.removeprefix("recent:"), name.removeprefix("recent:"))
+        return f"{base} (window)" if recent else base
+
+    return ", ".join(f"{short(g)} {n}" for g, n in counts.most_common()) or "-"
 
 
-def effects() -> list[Effect]:
-    slower = [
-        Effect(
-            f"engine steps +{round(x * 100)}% (per-token latency +{round(x * 100)}%)",
-            True,
-            canary={
-                "bandwidth_efficiency": STEP_TIME_KNOBS["bandwidth_efficiency"] / (1 + x),
-                "step_overhead_ms": STEP_TIME_KNOBS["step_overhead_ms"] * (1 + x),
-                "draft_pass_overhead_ms": STEP_TIME_KNOBS["draft_pass_overhead_ms"] * (1 + x),
-            },
+def cell_rows(cells: Sequence[Cell]) -> list[list[Any]]:
+    rows = []
+    for c in cells:
+        fixed = c.fixed() if not c.change.harmful else None
+        first = c.first_pass() if not c.change.harmful else None
+        rows.append(
+            [
+                c.change.name,
+                f"{c.load:g}",
+                c.setting.name,
+                len(c.runs),
+                _pct(c.share(PROMOTED)),
+                _pct(c.share(FAILED)),
+                _pct(c.share(NO_DATA)),
+                _pct(c.share(WAITING)),
+                _time(c.median_decision()),
+                _guardrails(c.failed_guardrails()),
+                "-" if c.change.harmful else _time(first),
+                "-" if fixed is None else f"{_span(fixed[0])} ({SHORT_NAMES.get(fixed[1], fixed[1])})",
+                "-" if fixed is None or first is None else f"{first / fixed[0]:.1f}x",
+            ]
         )
-        for x in (0.05, 0.10, 0.20)
-    ]
-    weaker = [
-        Effect(f"alpha {x:+.2f} under the floor (alpha {0.6 + x:.2f} on both tracks)", True, {"acceptance": 0.6 + x})
-        for x in (-0.05, -0.10, -0.20)
-    ]
-    fewer_tokens = [
-        Effect(
-            "alpha 0.8 -> 0.65 (same step time, fewer tokens per step)",
-            True,
-            canary={"acceptance": 0.65},
+    return rows
+
+
+CELL_HEADERS = [
+    "effect",
+    "req/s per pod",
+    "window / pause",
+    "canaries",
+    "promoted",
+    "rolled back: Fail",
+    "rolled back: onNoData",
+    "waiting",
+    "median time to decision",
+    "failed guardrails",
+    "median first Pass (judge)",
+    "fixed-sample test (binds)",
+    "ratio",
+]
+
+
+def _present(cells: Sequence[Cell]) -> list[Effect]:
+    return [e for e in EFFECTS if any(c.change is e for c in cells)]
+
+
+def matrix_rows(cells: Sequence[Cell], columns: Sequence[tuple[float, Setting]]) -> list[list[str]]:
+    """One row per effect, one column per load x setting: the right outcome's share and its median time."""
+    rows = []
+    for change in _present(cells):
+        row = [change.name]
+        for load, setting in columns:
+            c = next((c for c in cells if c.change is change and c.load == load and c.setting == setting), None)
+            if c is None:
+                row.append("")
+                continue
+            text = f"{'R' if change.harmful else 'P'} {_pct(c.right)}, {_time(c.median_decision())}"
+            if change.harmful and c.share(PROMOTED):
+                text += f" (**P {_pct(c.share(PROMOTED))}**)"
+            if change.harmful and c.share(NO_DATA):
+                text += f" (N {_pct(c.share(NO_DATA))})"
+            if not change.harmful and c.share(FAILED):
+                text += f" (**F {_pct(c.share(FAILED))}**)"
+            if not change.harmful and c.share(NO_DATA):
+                text += f" (N {_pct(c.share(NO_DATA))})"
+            row.append(text)
+        rows.append(row)
+    return rows
+
+
+def targets(cells: Sequence[Cell]) -> list[tuple[str, bool, str]]:
+    """(target, met, the numbers): what the matrix should show."""
+    harmful = [c for c in cells if c.change.harmful]
+    good = [c for c in cells if not c.change.harmful]
+    aa = [c for c in good if c.change.key == "aa"]
+    found: list[tuple[str, bool, str]] = []
+
+    def worst(cs: Sequence[Cell], value: Any, fmt: Any) -> str:
+        if not cs:
+            return "no cells"
+        c = max(cs, key=value)
+        return f"worst {fmt(value(c))} ({c.change.name}, {c.load:g} req/s, {c.setting.name})"
+
+    promoted = sum(c.count(PROMOTED) for c in harmful)
+    found.append(
+        (
+            "no harmful canary (each >= 2x a limit, or 0.1 under the alpha floor) ever promoted",
+            promoted == 0,
+            f"{promoted} of {sum(len(c.runs) for c in harmful)} promoted; "
+            + worst(harmful, lambda c: c.share(PROMOTED), _pct),
         )
-    ]
-    good = [
-        Effect("A/A (same config, noise on)", False),
-        Effect("plain stable -> EAGLE-3 alpha 0.8 (faster per token)", False, stable_k=None),
-    ]
-    return slower + weaker + fewer_tokens + good
-
-
-def _trial(job: tuple[Effect, float, int, int]) -> dict[str, Any]:
-    effect, load, looks, seed = job
-    evidence_by_look = simulate(effect, load, looks, seed)
-    result: dict[str, Any] = {
-        name: rollback_look(decide, limit, evidence_by_look) for name, (decide, limit) in JUDGES.items()
-    }
-    result["fails"] = {
-        name: sum(decide(c, s, n) is Verdict.FAIL for n, (c, s) in enumerate(evidence_by_look, start=1))
-        for name, (decide, _) in JUDGES.items()
-    }
-    return result
+    )
+    short = [c for c in harmful if c.right < 0.99]
+    found.append(
+        (
+            "each harmful cell rolled back in >= 99% of canaries (a Fail or onNoData)",
+            not short,
+            f"{len(short)} of {len(harmful)} cells short; " + worst(harmful, lambda c: -c.right, lambda v: _pct(-v)),
+        )
+    )
+    short = [c for c in harmful if c.share(FAILED) < 0.99]
+    found.append(
+        (
+            "  stricter: by a guardrail Fail in >= 99% (not left to onNoData)",
+            not short,
+            f"{len(short)} of {len(harmful)} cells short; "
+            + worst(harmful, lambda c: -c.share(FAILED), lambda v: _pct(-v)),
+        )
+    )
+    failed, total = sum(c.count(FAILED) for c in aa), sum(len(c.runs) for c in aa)
+    found.append(
+        (
+            "A/A false rollbacks (Fail) <= 1%",
+            total > 0 and failed / total <= 0.01,
+            f"{failed} of {total} A/A canaries ({failed / max(total, 1):.1%}); "
+            + worst(aa, lambda c: c.share(FAILED), _pct),
+        )
+    )
+    short = [c for c in good if c.share(PROMOTED) < 0.99]
+    found.append(
+        (
+            "good and A/A canaries promoted (>= 99% in each cell)",
+            not short,
+            f"{len(short)} of {len(good)} cells short; " + worst(good, lambda c: -c.right, lambda v: _pct(-v)),
+        )
+    )
+    ratios = [(c, f / fx[0]) for c in good if (f := c.first_pass()) is not None and (fx := c.fixed()) is not None]
+    slow = [c for c, ratio in ratios if ratio > TIME_GOAL]
+    unpassed = [c for c in good if c.first_pass() is None]
+    found.append(
+        (
+            f"median time to the first Pass within {TIME_GOAL:g}x a fixed-sample test of the same power",
+            not slow and not unpassed,
+            f"{len(slow)} cells over, {len(unpassed)} without a median Pass; "
+            + (f"largest {max(r for _, r in ratios):.1f}x" if ratios else "no ratio"),
+        )
+    )
+    return found
 
 
 def measures_table(seed: int) -> list[dict[str, Any]]:
@@ -310,40 +740,51 @@ def measures_table(seed: int) -> list[dict[str, Any]]:
     return rows
 
 
-def _table(headers: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join("---" for _ in headers) + " |"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
-def plot(detection: dict[str, dict[str, list[float]]], false_rate: dict[str, dict[str, float]], path: Path) -> None:
+def plot(cells: Sequence[Cell], columns: Sequence[tuple[float, Setting]], path: Path, title: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.colors import LinearSegmentedColormap
 
-    judges = list(detection)
-    harmful = list(next(iter(detection.values())))
-    good = list(next(iter(false_rate.values())))
-    fig, axes = plt.subplots(1, 2, figsize=(14, 5.2), gridspec_kw={"width_ratios": [3, 1.3]})
-    width = 0.8 / len(judges)
-    for i, judge_name in enumerate(judges):
-        within3 = [detection[judge_name][e][min(2, len(detection[judge_name][e]) - 1)] * 100 for e in harmful]
-        axes[0].bar([x + i * width for x in range(len(harmful))], within3, width, label=judge_name)
-        axes[1].bar([x + i * width for x in range(len(good))], [false_rate[judge_name][g] * 100 for g in good], width)
-    for ax, names in ((axes[0], harmful), (axes[1], good)):
-        ax.set_xticks([x + width * (len(judges) - 1) / 2 for x in range(len(names))])
-        ax.set_xticklabels([n.replace(" (", "\n(") for n in names], fontsize=6.5, rotation=20, ha="right")
-        ax.set_ylim(0, 105)
-    axes[0].axhline(95, color="grey", linestyle=":", linewidth=1)
-    axes[0].set_ylabel("rolled back within 3 analysis intervals (%)")
-    axes[0].set_title("Harmful canaries caught")
-    axes[0].legend(fontsize=7)
-    axes[1].axhline(1, color="grey", linestyle=":", linewidth=1)
-    axes[1].set_ylabel("canaries rolled back (%)")
-    axes[1].set_title("Good canaries rolled back")
+    light = LinearSegmentedColormap.from_list("light", ["#e8838a", "#f6e7a1", "#9fd89a"])  # readable under text
+    shares, labels, present = [], [], _present(cells)
+    for change in present:
+        row, texts = [], []
+        for load, setting in columns:
+            c = next((c for c in cells if c.change is change and c.load == load and c.setting == setting), None)
+            if c is None:
+                row.append(math.nan)
+                texts.append("")
+                continue
+            row.append(c.right)
+            text = f"{'R' if change.harmful else 'P'} {_pct(c.right)}\n{_time(c.median_decision())}"
+            if change.harmful and c.share(PROMOTED):
+                text += f"\npromoted {_pct(c.share(PROMOTED))}"
+            elif change.harmful and c.share(NO_DATA):
+                text += f"\nonNoData {_pct(c.share(NO_DATA))}"
+            elif not change.harmful and c.share(FAILED):
+                text += f"\nFail {_pct(c.share(FAILED))}"
+            elif not change.harmful and c.share(NO_DATA):
+                text += f"\nonNoData {_pct(c.share(NO_DATA))}"
+            texts.append(text)
+        shares.append(row)
+        labels.append(texts)
+    fig, ax = plt.subplots(figsize=(2.0 + 1.55 * len(columns), 1.3 + 0.62 * len(present)))
+    image = ax.imshow(shares, cmap=light, vmin=0, vmax=1, aspect="auto")
+    for y, texts in enumerate(labels):
+        for x, text in enumerate(texts):
+            ax.text(x, y, text, ha="center", va="center", fontsize=7)
+    ax.set_xticks(range(len(columns)))
+    ax.set_xticklabels([f"{load:g} req/s\n{setting.name}" for load, setting in columns], fontsize=7.5)
+    ax.set_yticks(range(len(present)))
+    ax.set_yticklabels([e.name for e in present], fontsize=7.5)
+    ax.set_title(title, fontsize=8.5)
+    bar = fig.colorbar(image, ax=ax, fraction=0.03, pad=0.02)
+    bar.set_label("share rolled back (harmful, R) or promoted (A/A, good: P)", fontsize=7.5)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 PR_SET_PDEATHSIG = 1
@@ -357,63 +798,125 @@ def _worker_started() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def main() -> None:
+def run(jobs: Sequence[Job], workers: int) -> list[list[dict[str, Any]]]:
+    """Every job's rollouts, in the jobs' order; progress on stderr."""
+    results: list[list[dict[str, Any]] | None] = [None] * len(jobs)
+    started, shown = time.monotonic(), 0.0
+    # Pool, not ProcessPoolExecutor: leaving its `with` terminates and joins the workers, even on Ctrl-C
+    # (an executor waits for every queued job, and its workers outlive a killed parent).
+    with signals_as_interrupts(), multiprocessing.Pool(workers, initializer=_worker_started) as pool:
+        indexed = pool.imap_unordered(_indexed_trial, list(enumerate(jobs)), chunksize=1)
+        for done, (index, result) in enumerate(indexed, start=1):
+            results[index] = result
+            if time.monotonic() - shown > 60 or done == len(jobs):
+                shown = time.monotonic()
+                elapsed = shown - started
+                print(f"{done}/{len(jobs)} canaries, {elapsed:.0f} s", file=sys.stderr, flush=True)
+    return [r for r in results if r is not None]
+
+
+def _indexed_trial(item: tuple[int, Job]) -> tuple[int, list[dict[str, Any]]]:
+    index, job = item
+    return index, _trial(job)
+
+
+def main(arguments: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--trials", type=int, default=30, help="canaries per harmful effect")
-    parser.add_argument("--looks", type=int, default=5, help="analyses per harmful canary")
-    parser.add_argument("--good-trials", type=int, default=30, help="canaries per good change (A/A, ...)")
-    parser.add_argument("--good-looks", type=int, default=8, help="analyses per good canary")
-    parser.add_argument("--load", type=float, default=LOAD, help="offered requests/s per pod")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--trials", type=int, default=30, help="canaries per effect and load (each judged per setting)")
+    parser.add_argument("--loads", type=float, nargs="+", default=list(LOADS), help="offered requests/s per pod")
+    parser.add_argument("--effects", nargs="+", choices=[e.key for e in EFFECTS], help="a subset of the effects")
+    parser.add_argument("--quick", action="store_true", help="2 canaries per cell at 12 req/s only: a quick look")
+    parser.add_argument("--horizon", type=float, default=HORIZON, help="seconds a canary is followed after Ready")
+    parser.add_argument("--on-no-data", type=float, default=ON_NO_DATA, help="onNoData.after in s (0: never)")
+    parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--plot", type=Path, default=Path(__file__).parent.parent / "docs" / "judge-roc.png")
+    parser.add_argument("--plot", type=Path, default=Path(__file__).parent.parent / "docs" / "judge-matrix.png")
     parser.add_argument("--no-plot", action="store_true")
-    args = parser.parse_args()
+    parser.add_argument("--json", type=Path, help="write every canary's outcome here")
+    parser.add_argument(
+        "--guardrail",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a guardrail other than its default, e.g. maxTokenLatencyMeanRegression=0 (the A/A canary on the limit)",
+    )
+    args = parser.parse_args(arguments)
+    guardrails = Guardrails.model_validate({k: float(v) for k, v in (g.split("=", 1) for g in args.guardrail)})
+    if args.quick:
+        args.trials, args.loads = 2, [12.0]
     started = time.monotonic()
-    print(f"settings: {STABLE_PODS} stable + 1 canary pod, {args.load} req/s per pod, {TARGET} on MI325X, EAGLE-3 "
-          f"k={K}, analysis every {INTERVAL:.0f}s over {WINDOW:.0f}s, exact increases (no scrape jitter)")  # fmt: skip
-    print("\nwhat each measure says (one pod, 4 req/s, 5 minutes):")
+    print(f"settings: {STABLE_PODS} stable + 1 canary pod at the same load per pod, {TARGET} on MI325X, EAGLE-3 "
+          f"k={K} alpha {GOOD_ALPHA} unless the effect says otherwise; one-step rollout, guardrails "
+          f"{' '.join(args.guardrail) or 'default'}, confidence {CONFIDENCE}, failureLimit 0, onNoData Rollback "
+          f"after {_span(args.on_no_data)}; "
+          f"window / pause / interval: " + ", ".join(f"{s.name} / {_span(s.interval)}" for s in SETTINGS)
+          + f"; evidence cut every {TICK:.0f} s, exact increases (no scrape jitter)")  # fmt: skip
+    print(f"\nwhat each measure says (one pod, {LOAD:g} req/s, 5 minutes):")
     measures = measures_table(args.seed)
     print(_table(list(measures[0]), [list(r.values()) for r in measures]))
 
-    changes = effects()
-    jobs: list[tuple[Effect, float, int, int]] = []
-    for index, effect in enumerate(changes):
-        trials, looks = (args.trials, args.looks) if effect.harmful else (args.good_trials, args.good_looks)
-        jobs += [(effect, args.load, looks, args.seed + 1000 * index + t) for t in range(trials)]
-    # Pool, not ProcessPoolExecutor: leaving its `with` terminates and joins the workers, even on Ctrl-C
-    # (an executor waits for every queued job, and its workers outlive a killed parent).
-    with signals_as_interrupts(), multiprocessing.Pool(args.workers, initializer=_worker_started) as pool:
-        results = pool.map(_trial, jobs)
+    changes = [e for e in EFFECTS if args.effects is None or e.key in args.effects]
+    jobs = [
+        Job(
+            change,
+            load,
+            args.seed + 100_000 * li + 1000 * EFFECTS.index(change) + t,
+            args.horizon,
+            args.on_no_data,
+            guardrails,
+        )
+        for change in changes
+        for li, load in enumerate(args.loads)
+        for t in range(args.trials)
+    ]
+    results = run(jobs, args.workers)
+    cells = {
+        (change.key, load, s): Cell(change, load, s, guardrails=guardrails)
+        for change in changes
+        for load in args.loads
+        for s in SETTINGS
+    }
+    for job, rollouts in zip(jobs, results, strict=True):
+        for setting, rollout in zip(SETTINGS, rollouts, strict=True):
+            cells[(job.change.key, job.load, setting)].runs.append(rollout)
+    ordered = list(cells.values())
+    columns = [(load, s) for s in SETTINGS for load in args.loads]
+    minutes = (time.monotonic() - started) / 60
+    day = time.strftime("%Y-%m-%d", time.gmtime())
 
-    detection: dict[str, dict[str, list[float]]] = {name: {} for name in JUDGES}
-    false_rate: dict[str, dict[str, float]] = {name: {} for name in JUDGES}
-    harmful_rows, good_rows = [], []
-    for effect in changes:
-        mine = [r for (e, *_), r in zip(jobs, results, strict=True) if e is effect]
-        row: list[Any] = [effect.name]
-        for name in JUDGES:
-            if effect.harmful:
-                within = [
-                    sum(r[name] is not None and r[name] <= n for r in mine) / len(mine)
-                    for n in range(1, args.looks + 1)
+    print(f"\nthe matrix ({args.trials} canaries per cell; R: rolled back, P: promoted, then the median time to "
+          "the decision; N: rolled back by onNoData; F: rolled back by a Fail):")  # fmt: skip
+    print(_table(["effect", *(f"{load:g} req/s, {s.name}" for load, s in columns)], matrix_rows(ordered, columns)))
+    print("\nevery cell:")
+    print(_table(CELL_HEADERS, cell_rows(ordered)))
+    print("\ntargets:")
+    for target, met, numbers in targets(ordered):
+        print(f"{'PASS' if met else 'MISS'}  {target}: {numbers}")
+    odd = [
+        (c, r)
+        for c in ordered
+        for r in c.runs
+        if (not c.change.harmful and r["outcome"] == FAILED) or (c.change.harmful and r["outcome"] == PROMOTED)
+    ]
+    if odd:
+        print("\nwrong decisions (the verdict's reasons):")
+        for c, r in odd:
+            print(f"- {c.change.name}, {c.load:g} req/s, {c.setting.name}: {r['outcome']} at "
+                  f"{_span(r['decided_at'])}: {r['reason'][:600]}")  # fmt: skip
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                [
+                    {"effect": c.change.key, "load": c.load, "setting": asdict(c.setting), "runs": c.runs}
+                    for c in ordered
                 ]
-                detection[name][effect.name] = within
-                row.append(" / ".join(f"{w:.0%}" for w in within))
-            else:
-                false_rate[name][effect.name] = sum(r[name] is not None for r in mine) / len(mine)
-                row.append(f"{false_rate[name][effect.name]:.0%} ({sum(r['fails'][name] for r in mine)} failed)")
-        (harmful_rows if effect.harmful else good_rows).append(row)
-    print(f"\nharmful canaries rolled back within 1 / 2 / ... / {args.looks} analysis intervals "
-          f"({args.trials} canaries each):")  # fmt: skip
-    print(_table(["effect", *JUDGES], harmful_rows))
-    print(f"\ngood canaries rolled back ({args.good_trials} canaries x {args.good_looks} analyses each, "
-          "with the failed analyses):")  # fmt: skip
-    print(_table(["change", *JUDGES], good_rows))
+            )
+        )
+        print(f"\nevery canary: {args.json}")
     if not args.no_plot:
-        plot(detection, false_rate, args.plot)
+        plot(ordered, columns, args.plot, f"specfleet judge vs the simulator, {args.trials} canaries per cell ({day})")
         print(f"\nplot: {args.plot}")
-    print(f"\n{len(jobs)} simulated canaries in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    print(f"\n{len(jobs)} simulated canaries in {minutes:.1f} min", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -53,6 +53,12 @@ ACCEPTANCE_ICC = 0.1
 """Assumed correlation of acceptance between drafts of one request (they share its prompt): the drafts
 count as drafts / (1 + (drafts per request - 1) x ICC) independent trials (Kish's design effect). 0.1
 means requests' own alphas spread with a standard deviation up to about 0.13 around alpha 0.8."""
+LATENCY_ICC = 0.2
+"""Assumed correlation of the per-token latencies of requests that share a pod's batches: a track's requests
+count as requests / (1 + (batch - 1) x 0.2) independent samples (Kish's design effect), the batch read by
+Little's law. Measured by benchmarks/judge_roc.py on A/A canaries: the mean's estimate / its independent-
+requests standard error had a variance of 0.9 at 2 requests/s per pod (batch 1.1), 1.1 at 4 (1.9) and
+2.0 at 12 (7.0): 1 + 6 x 0.17; the p95's up to 1.4."""
 LOAD_TOLERANCE = 0.25
 """Per-pod request rates of the two tracks within this factor (1.25x) count as comparable load."""
 MIN_SLICES = 4
@@ -114,6 +120,21 @@ class TrackEvidence:
     def per_pod_load(self) -> float | None:
         rates = self.request_rate_per_pod
         return sum(rates) / len(rates) if rates else None
+
+    @property
+    def batch(self) -> float | None:
+        """Requests running per pod, by Little's law: per-pod arrival rate x decode time per request (mean time
+        per output token x output tokens per request)."""
+        tokens = _ratio(self.generation_tokens, self.requests)
+        if self.per_pod_load is None or self.token_latency_mean is None or tokens is None:
+            return None
+        return self.per_pod_load * self.token_latency_mean * tokens
+
+    @property
+    def latency_design_effect(self) -> float:
+        """How many requests count as one independent per-token latency sample (1 without a batch to read)."""
+        batch = self.batch
+        return 1.0 if batch is None else 1 + max(0.0, batch - 1) * LATENCY_ICC
 
     @property
     def offered(self) -> float | None:
@@ -228,6 +249,8 @@ class Growth:
     def more(self, factor: float) -> str:
         """`factor` times the evidence now, as what is missing: `~1,900 more canary requests, ~4 min at the
         current rate`."""
+        if factor > MAX_GROWTH:
+            return f"over {MAX_GROWTH:,.0f}x the {self.unit} so far"
         missing = self.count * (factor - 1)
         text = f"~{_about(missing)} more {self.unit}"
         if self.count > 0 and self.seconds > 0:
@@ -462,14 +485,19 @@ def _token_latency(ctx: _Context) -> _Check:
                 "tracks finer buckets (--custom-histogram-buckets, vLLM >= 0.32)",
                 name,
             )
-    samples = min(canary.total, stable.total)
+    c_effect, s_effect = ctx.canary.latency_design_effect, ctx.stable.latency_design_effect
+    samples = min(canary.total / c_effect, stable.total / s_effect)
     needed = requests_to_bound(LATENCY_QUANTILE, ctx.z(samples))
     if samples < needed:  # the normal bound on a p95 is not trusted on fewer: neither pass nor fail
         missing = Growth(ctx.canary.requests, ctx.canary.seconds).more(needed / samples)
-        text = f"per-token p95 {_ms(c_p95)} vs stable {_ms(s_p95)}: a bound needs {needed} requests per track"
+        per_track = math.ceil(needed * max(c_effect, s_effect))
+        text = f"per-token p95 {_ms(c_p95)} vs stable {_ms(s_p95)}: a bound needs {per_track} requests per track"
         return _Check(Verdict.INCONCLUSIVE, f"{text} ({missing})", name, c_p95 / s_p95 - 1, limit=limit, needs=missing)
     log_ratio = math.log(c_p95 / s_p95)
-    error = math.hypot(log_quantile_se(canary, LATENCY_QUANTILE), log_quantile_se(stable, LATENCY_QUANTILE))
+    error = math.hypot(
+        log_quantile_se(canary, LATENCY_QUANTILE) * math.sqrt(c_effect),
+        log_quantile_se(stable, LATENCY_QUANTILE) * math.sqrt(s_effect),
+    )
     bounds = _relative(ctx, log_ratio, error, samples)
     lowest, highest = bounds(1.0)
     layout = "" if len(shared) == len(c_data.bounds) == len(s_data.bounds) else f" (on the {len(shared)} shared bounds)"
@@ -497,7 +525,7 @@ def _token_latency_mean(ctx: _Context) -> _Check:
     if (short := _latency_samples(ctx, c.token_latency, s.token_latency, name)) is not None:
         return short
     c_mean, s_mean = c.token_latency_mean, s.token_latency_mean
-    c_n, s_n = c.token_latency.total, s.token_latency.total
+    c_n, s_n = c.token_latency.total / c.latency_design_effect, s.token_latency.total / s.latency_design_effect
     error = math.hypot(
         binned_sd(c.token_latency) / (c_mean * math.sqrt(c_n)), binned_sd(s.token_latency) / (s_mean * math.sqrt(s_n))
     )

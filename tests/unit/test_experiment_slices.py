@@ -233,7 +233,7 @@ def test_slices_without_a_passing_analysis_fail_once_on_no_data_runs_out() -> No
     unsure = {i: slice_analysis(fleet, i, 0.9, Verdict.INCONCLUSIVE) for i in (0, 1)}
     fleet.step_with(candidates=seen, candidate_analyses=unsure)
     assert states(fleet) == [CandidateState.MEASURING] * 2
-    fleet.now += timedelta(minutes=10)  # the default onNoData.after
+    fleet.now += timedelta(minutes=30)  # the default onNoData.after
     decision = fleet.step_with(candidates=seen)
     assert states(fleet) == [CandidateState.FAILED] * 2
     experiment = fleet.status.experiment
