@@ -321,12 +321,12 @@ def _decided(lower: float, upper: float, limit: float, ceiling: bool) -> bool:
 
 
 def _needs(bounds: Bounds, limit: float, ceiling: bool, growth: Growth) -> str:
-    """The smallest growth of the evidence (in steps of 25%) at which the bounds would settle the check."""
-    factor = 1.25
+    """The smallest growth of the evidence (in steps of 5%) at which the bounds would settle the check."""
+    factor = 1.05
     while factor <= MAX_GROWTH:
         if _decided(*bounds(factor), limit, ceiling):
             return growth.more(factor)
-        factor *= 1.25
+        factor *= 1.05
     return "the estimate sits on the limit: more evidence may not settle it"
 
 
