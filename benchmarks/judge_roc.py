@@ -620,6 +620,16 @@ def _present(cells: Sequence[Cell]) -> list[Effect]:
     return [e for e in EFFECTS if any(c.change is e for c in cells)]
 
 
+NOTES = {PROMOTED: ("P", "promoted"), FAILED: ("F", "Fail"), NO_DATA: ("N", "onNoData")}
+"""How a table cell and a heat-map cell name what a cell did besides its right outcome."""
+
+
+def _notes(change: Effect, cell: Cell) -> list[tuple[str, float]]:
+    """The wrong outcome (a harmful canary promoted, a good one failed), then onNoData, with their shares."""
+    wrong = PROMOTED if change.harmful else FAILED
+    return [(kind, cell.share(kind)) for kind in (wrong, NO_DATA) if cell.share(kind)]
+
+
 def matrix_rows(cells: Sequence[Cell], columns: Sequence[tuple[float, Setting]]) -> list[list[str]]:
     """One row per effect, one column per load x setting: the right outcome's share and its median time."""
     rows = []
@@ -631,14 +641,9 @@ def matrix_rows(cells: Sequence[Cell], columns: Sequence[tuple[float, Setting]])
                 row.append("")
                 continue
             text = f"{'R' if change.harmful else 'P'} {_pct(c.right)}, {_time(c.median_decision())}"
-            if change.harmful and c.share(PROMOTED):
-                text += f" (**P {_pct(c.share(PROMOTED))}**)"
-            if change.harmful and c.share(NO_DATA):
-                text += f" (N {_pct(c.share(NO_DATA))})"
-            if not change.harmful and c.share(FAILED):
-                text += f" (**F {_pct(c.share(FAILED))}**)"
-            if not change.harmful and c.share(NO_DATA):
-                text += f" (N {_pct(c.share(NO_DATA))})"
+            for kind, share in _notes(change, c):
+                mark = "**" if kind != NO_DATA else ""
+                text += f" ({mark}{NOTES[kind][0]} {_pct(share)}{mark})"
             row.append(text)
         rows.append(row)
     return rows
@@ -759,14 +764,8 @@ def plot(cells: Sequence[Cell], columns: Sequence[tuple[float, Setting]], path: 
                 continue
             row.append(c.right)
             text = f"{'R' if change.harmful else 'P'} {_pct(c.right)}\n{_time(c.median_decision())}"
-            if change.harmful and c.share(PROMOTED):
-                text += f"\npromoted {_pct(c.share(PROMOTED))}"
-            elif change.harmful and c.share(NO_DATA):
-                text += f"\nonNoData {_pct(c.share(NO_DATA))}"
-            elif not change.harmful and c.share(FAILED):
-                text += f"\nFail {_pct(c.share(FAILED))}"
-            elif not change.harmful and c.share(NO_DATA):
-                text += f"\nonNoData {_pct(c.share(NO_DATA))}"
+            for kind, share in _notes(change, c)[:1]:
+                text += f"\n{NOTES[kind][1]} {_pct(share)}"
             texts.append(text)
         shares.append(row)
         labels.append(texts)
