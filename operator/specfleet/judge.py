@@ -217,6 +217,10 @@ def _pct(value: float) -> str:
     return "+inf%" if math.isinf(value) else f"{value:+.0%}"
 
 
+def _whole_pct(value: float) -> str:
+    return f"{value:.0%}"
+
+
 def _share(value: float) -> str:
     return f"{value:.2%}"
 
@@ -507,10 +511,6 @@ def _token_latency(ctx: _Context) -> _Check:
     )
     check = _bounded(name, text, math.expm1(log_ratio), bounds, limit, ctx.growth(), _whole_pct)
     return _at_load(check, ctx.load_ratio(), ("carried", "per-pod load"))
-
-
-def _whole_pct(value: float) -> str:
-    return f"{value:.0%}"
 
 
 def _token_latency_mean(ctx: _Context) -> _Check:
