@@ -724,9 +724,9 @@ def peer_binaries() -> tuple[dict[str, Path], Path, Path]:
     """The peers' binaries (built when missing) and their CRD directories, from the project's build cache."""
     from rich.console import Console
 
+    from specfleet.cachedir import cache_root
     from specfleet.devcluster.binaries import PEERS
     from specfleet.devcluster.build import GoBuilder, build_groups
-    from specfleet.devcluster.paths import cache_root
 
     cache = cache_root()
     binaries = GoBuilder(cache, Console(stderr=True)).ensure(list(PEERS))

@@ -15,9 +15,10 @@ from pathlib import Path
 import kubernetes
 import pytest
 
+from specfleet.cachedir import cache_root
 from specfleet.devcluster.binaries import COMPONENTS, TOOLS, find_binary
 from specfleet.devcluster.cluster import ClusterInfo, down, load_info, up
-from specfleet.devcluster.paths import cache_root, default_state_dir
+from specfleet.devcluster.paths import default_state_dir
 from specfleet.realvllm import install
 from specfleet.realvllm.models import ensure_models
 

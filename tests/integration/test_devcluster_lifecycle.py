@@ -16,11 +16,11 @@ from pathlib import Path
 import kubernetes
 import pytest
 
+from specfleet.cachedir import cache_root
 from specfleet.devcluster import cluster, process
 from specfleet.devcluster.binaries import COMPONENTS, TOOLS, find_binary
 from specfleet.devcluster.config import Layout, free_ports
 from specfleet.devcluster.nodes import pool_from_counts
-from specfleet.devcluster.paths import cache_root
 
 pytestmark = pytest.mark.integration
 

@@ -23,10 +23,10 @@ import yaml
 
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.vocabulary import Track
+from specfleet.cachedir import cache_root
 from specfleet.devcluster import images
 from specfleet.devcluster.cluster import ClusterInfo
 from specfleet.devcluster.images import OPERATOR, BaseChoice, Built, ImageBuilder, ImageError
-from specfleet.devcluster.paths import cache_root
 from specfleet.preflight.job import preflight_job
 from specfleet.realvllm import install
 from specfleet.realvllm.translate import translate

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from specfleet import chartgen
+from specfleet.cachedir import cache_root
 from specfleet.devcluster.binaries import COMPONENTS, find_binary
-from specfleet.devcluster.paths import cache_root
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "specfleet"

@@ -2,8 +2,9 @@
 
 from pathlib import Path
 
+from specfleet.cachedir import cache_root
 from specfleet.devcluster.cli import env_exports
-from specfleet.devcluster.paths import cache_root, default_state_dir
+from specfleet.devcluster.paths import default_state_dir
 
 
 def test_cache_prefers_specfleet_cache_then_xdg_then_home() -> None:

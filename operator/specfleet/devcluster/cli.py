@@ -244,9 +244,9 @@ def build(
     ] = False,
 ) -> None:
     """Build every pinned binary into the cache ahead of time (CI calls this before the tests)."""
+    from specfleet.cachedir import cache_root
     from specfleet.devcluster.binaries import COMPONENTS, PEERS, TOOLS, BinaryError
     from specfleet.devcluster.build import BuildError, GoBuilder
-    from specfleet.devcluster.paths import cache_root
 
     started = time.monotonic()
     try:
@@ -314,8 +314,8 @@ def images(
     Storage, stand-ins, images and archives are cached under ~/.cache/specfleet/images, keyed by the
     Dockerfile, its inputs and the base: a second run rebuilds nothing. See docs/images.md.
     """
+    from specfleet.cachedir import cache_root
     from specfleet.devcluster.images import OPERATOR, ImageBuilder, ImageError, vllm_spec
-    from specfleet.devcluster.paths import cache_root
     from specfleet.realvllm.install import InstallError, ensure
 
     builder = ImageBuilder(cache_root(), log=lambda line: console.print(line, markup=False, highlight=False),

@@ -26,6 +26,7 @@ import kubernetes
 import yaml
 from rich.console import Console
 
+from specfleet.cachedir import cache_root
 from specfleet.devcluster import config, process
 from specfleet.devcluster.binaries import (
     COMPONENTS,
@@ -37,7 +38,7 @@ from specfleet.devcluster.binaries import (
 from specfleet.devcluster.build import GoBuilder, kwok_stage_dir
 from specfleet.devcluster.config import Layout, Ports
 from specfleet.devcluster.nodes import DEFAULT_POOL, NodePool, node_manifests
-from specfleet.devcluster.paths import cache_root, default_state_dir
+from specfleet.devcluster.paths import default_state_dir
 from specfleet.devcluster.pki import create_pki
 
 PROCESSES = (*CONTROL_PLANE, "prometheus")

