@@ -24,7 +24,7 @@ import yaml
 from rich.console import Console
 
 from specfleet.api.crd import crd
-from specfleet.api.resource import GROUP, PLURAL, VERSION
+from specfleet.api.vocabulary import GROUP, PLURAL, VERSION
 from specfleet.cli.console import make_console
 from specfleet.devcluster.cluster import ClusterInfo, down, status, up
 from specfleet.devcluster.paths import default_state_dir

@@ -18,6 +18,7 @@ from specfleet.api.vocabulary import (
     ALWAYS_SERVED,
     LABEL_CANDIDATE,
     LABEL_NAME,
+    LABEL_PREFLIGHT,
     LABEL_REVISION,
     LABEL_TRACK,
     LABEL_TRAFFIC,
@@ -25,7 +26,6 @@ from specfleet.api.vocabulary import (
     Command,
     Track,
 )
-from specfleet.preflight import LABEL_PREFLIGHT
 from specfleet.render.manifests import revision
 from specfleet.rollout import ContainerCrash, Observation, PreflightObservation, PreflightState, TrackObservation
 from specfleet.validation import errors, spec_problems

@@ -11,13 +11,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from specfleet.api.problems import Problem, Severity
-from specfleet.api.resource import API_VERSION, KIND, SpeculativeDeployment
+from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.spec import (
     ARGV_VALUE_PATTERN,
     DEEP_SPECULATION_WARNING,
     METHODS_WITH_DRAFT_MODEL,
     SpeculativeDeploymentSpec,
 )
+from specfleet.api.vocabulary import API_VERSION, KIND
 from specfleet.hardware import BY_PRODUCT_NAME
 from specfleet.preflight.check import Memory, MemorySubject, memory_problems
 from specfleet.render.argv import ITL_BUCKETS_FLAG, engine_problems

@@ -15,10 +15,10 @@ import kubernetes
 import pytest
 import yaml
 
+from specfleet.api.vocabulary import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from specfleet.devcluster.cluster import ClusterInfo
 
 T = TypeVar("T")
-GROUP, VERSION, PLURAL = "specfleet.io", "v1alpha1", "speculativedeployments"
 
 
 def wait_for(what: str, probe: Callable[[], T], timeout: float = 60.0) -> T:
@@ -116,8 +116,8 @@ class Fleet:
 
 def sdep(name: str = "llama", replicas: int = 2, steps: list[dict[str, Any]] | None = None, **spec: Any) -> dict:
     return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "SpeculativeDeployment",
+        "apiVersion": API_VERSION,
+        "kind": KIND,
         "metadata": {"name": name},
         "spec": {
             "replicas": replicas,

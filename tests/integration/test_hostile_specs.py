@@ -25,12 +25,12 @@ from pydantic import ValidationError
 
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.status import SpeculativeDeploymentStatus
-from specfleet.api.vocabulary import ConditionType
+from specfleet.api.vocabulary import GROUP, PLURAL, VERSION, ConditionType
 from specfleet.observation import desired_revision, parse
 from specfleet.rollout import Observation, decide
 from specfleet.validation import errors, spec_problems, validate_document
 
-from fleetkit import GROUP, PLURAL, VERSION, Fleet, Operator, wait_for
+from fleetkit import Fleet, Operator, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ from typing import Any
 import kubernetes
 import pytest
 
+from specfleet.api.vocabulary import LABEL_PREFLIGHT
 from specfleet.devcluster.cluster import ClusterInfo
-from specfleet.preflight import LABEL_PREFLIGHT
 from specfleet.sim.tiny_tokenizers import hub_snapshot, write_tokenizer
 
 from fleetkit import PLAIN, Fleet, Operator, Simulator, sdep, wait_for

@@ -8,12 +8,11 @@ from typing import Any
 import pytest
 
 from specfleet.api.resource import SpeculativeDeployment
-from specfleet.api.vocabulary import LABEL_NAME, LABEL_REVISION, Track
+from specfleet.api.vocabulary import LABEL_NAME, LABEL_PREFLIGHT, LABEL_REVISION, Track
 from specfleet.controller.queue import WorkQueue
 from specfleet.controller.reconciler import Reconciler
 from specfleet.controller.store import PREFLIGHT_POD, Store
 from specfleet.observation import preflight_observations
-from specfleet.preflight import LABEL_PREFLIGHT
 from specfleet.preflight.__main__ import parser
 from specfleet.preflight.job import MAX_NAME, job_name, preflight_job
 from specfleet.render.manifests import deployment, service

@@ -9,7 +9,7 @@ from prometheus_client.samples import Sample
 from specfleet.hardware import MI355X
 from specfleet.metrics import names
 from specfleet.sim.engine import INTER_TOKEN_LATENCY_BUCKETS, Engine, configure
-from specfleet.sim.exposition import TIME_PER_OUTPUT_TOKEN, exposition
+from specfleet.sim.exposition import exposition
 from specfleet.sim.pods import parse_vllm_args
 from specfleet.sim.scenario import load_scenario, resolve
 
@@ -88,7 +88,7 @@ def test_custom_buckets_reach_the_exposition() -> None:
     """The inter_token_latency family re-buckets request_time_per_output_token too, as in vLLM."""
     argv = ["m", "--speculative-config", SPEC, "--custom-histogram-buckets", '{"inter_token_latency": [0.005, 0.01]}']
     scraped = scrape(argv)
-    for name in (names.INTER_TOKEN_LATENCY, TIME_PER_OUTPUT_TOKEN):
+    for name in (names.INTER_TOKEN_LATENCY, names.TIME_PER_OUTPUT_TOKEN):
         buckets = [s.labels["le"] for s in scraped[name][1] if s.name.endswith("_bucket")]
         assert buckets == ["0.005", "0.01", "+Inf"], name
 
@@ -101,8 +101,8 @@ def test_time_per_output_token_is_per_request_and_inter_token_latency_per_step()
 
     finished = sum(s.value for s in family(scraped, names.REQUEST_SUCCESS)[1] if s.name.endswith("_total"))
     drafts = family(scraped, names.NUM_DRAFTS)[1][0].value
-    assert scraped[TIME_PER_OUTPUT_TOKEN][0] == "histogram"
-    assert count(TIME_PER_OUTPUT_TOKEN) == finished > 0
+    assert scraped[names.TIME_PER_OUTPUT_TOKEN][0] == "histogram"
+    assert count(names.TIME_PER_OUTPUT_TOKEN) == finished > 0
     assert count(names.INTER_TOKEN_LATENCY) == drafts > 10 * finished  # every step of every request drafted
 
 

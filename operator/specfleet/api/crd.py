@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from specfleet.api import resource
 from specfleet.api.spec import SpeculativeDeploymentSpec
 from specfleet.api.status import SpeculativeDeploymentStatus
+from specfleet.api.vocabulary import GROUP, KIND, PLURAL, VERSION
 
 Schema = dict[str, Any]
 
@@ -150,23 +151,23 @@ def crd() -> Schema:
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": f"{resource.PLURAL}.{resource.GROUP}",
+            "name": f"{PLURAL}.{GROUP}",
             "labels": {"app.kubernetes.io/name": "specfleet", "app.kubernetes.io/part-of": "specfleet"},
         },
         "spec": {
-            "group": resource.GROUP,
+            "group": GROUP,
             "scope": "Namespaced",
             "names": {
-                "kind": resource.KIND,
-                "listKind": f"{resource.KIND}List",
-                "plural": resource.PLURAL,
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
                 "singular": resource.SINGULAR,
                 "shortNames": list(resource.SHORT_NAMES),
                 "categories": list(resource.CATEGORIES),
             },
             "versions": [
                 {
-                    "name": resource.VERSION,
+                    "name": VERSION,
                     "served": True,
                     "storage": True,
                     "subresources": {

@@ -10,12 +10,8 @@ from pydantic import Field
 from specfleet.api.base import ApiModel, without_null_fields
 from specfleet.api.spec import SpeculativeDeploymentSpec
 from specfleet.api.status import SpeculativeDeploymentStatus
+from specfleet.api.vocabulary import API_VERSION, GROUP, KIND, VERSION
 
-GROUP = "specfleet.io"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "SpeculativeDeployment"
-PLURAL = "speculativedeployments"
 SINGULAR = "speculativedeployment"
 SHORT_NAMES = ("sdep", "specdeploy")
 CATEGORIES = ("specfleet",)

@@ -1,11 +1,20 @@
-"""The names specfleet writes on objects and reads back: labels, field manager, tracks, commands, conditions.
+"""The names specfleet writes on objects and reads back: the kind's group, version and plural, labels, field
+manager, tracks, commands, conditions.
 
 They are part of the API as users and other tools see it (a label selector, a `kubectl annotate`, a
-`kubectl wait --for=condition=...`), so they live at the bottom, importable by every layer.
+`kubectl wait --for=condition=...`), so they live at the bottom, importable by every layer. This module
+imports only the standard library (and `specfleet.api` loads its models lazily), so the CLI, the simulator,
+the benchmarks and the tests can name them without building the pydantic models.
 """
 
 import re
 from enum import StrEnum
+
+GROUP = "specfleet.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "SpeculativeDeployment"
+PLURAL = "speculativedeployments"
 
 LABEL_NAME = "specfleet.io/name"
 LABEL_TRACK = "specfleet.io/track"
@@ -16,6 +25,9 @@ LABEL_TRAFFIC = "specfleet.io/traffic"
 """`always` on the pods that take traffic whatever the canary does (stable and holdback, with a holdback):
 the fleet Service selects them while the canary has none (a Service selector cannot say stable OR holdback)."""
 ALWAYS_SERVED = "always"
+LABEL_PREFLIGHT = "specfleet.io/preflight"
+"""On a preflight Job and its pods: the fleet it checks for (not `specfleet.io/name`, which the fleet's Service
+selects on)."""
 FIELD_MANAGER = "specfleet"
 COMMAND_PREFIX = "specfleet.io/"
 PROMOTE_FULL = "full"

@@ -6,13 +6,13 @@ rendering, the operator, the Kubernetes library) in its body (`benchmarks/cli_st
 """
 
 import sys
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from specfleet import __version__
+from specfleet.api.vocabulary import Track
 from specfleet.cli import rollouts
 from specfleet.cli.console import make_console
 from specfleet.cli.loadtest import loadtest_command
@@ -32,15 +32,6 @@ stderr = make_console(stderr=True)
 CHART_FILE_NAMES = ("files/prometheus-rules.yaml", "files/grafana-dashboard.json")
 """The keys of `specfleet.chartgen.GENERATED`, for the help text without importing the generators (a unit
 test checks that both agree)."""
-
-
-class TrackName(StrEnum):
-    """`specfleet.api.vocabulary.Track`'s values, so `--track` needs no import of the API package (tested)."""
-
-    STABLE = "stable"
-    CANARY = "canary"
-    HOLDBACK = "holdback"
-    CANDIDATE = "candidate"
 
 
 SIM_SUMMARY = (
@@ -161,14 +152,13 @@ def reference() -> None:
 @app.command(name="render")
 def render_command(
     filename: FileOption,
-    track: Annotated[TrackName, typer.Option(help="Which track to render.")] = TrackName.STABLE,
+    track: Annotated[Track, typer.Option(help="Which track to render.")] = Track.STABLE,
 ) -> None:
     """Print the Kubernetes objects a SpeculativeDeployment becomes, as multi-document YAML."""
     import yaml
 
     from specfleet.api.problems import InvalidSpecError
     from specfleet.api.resource import SpeculativeDeployment
-    from specfleet.api.vocabulary import Track
     from specfleet.render.manifests import render
     from specfleet.validation import errors, validate_document
 
@@ -180,7 +170,7 @@ def render_command(
                 stderr.print(f"[red]error:[/] {problem}")
             raise typer.Exit(1)
         try:
-            manifests += render(SpeculativeDeployment.from_mapping(document), Track(track.value))
+            manifests += render(SpeculativeDeployment.from_mapping(document), track)
         except InvalidSpecError as error:
             for problem in error.problems:
                 stderr.print(f"[red]error:[/] {problem}")

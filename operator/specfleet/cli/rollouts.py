@@ -4,21 +4,18 @@ Commands act through the same annotations the operator reads (`specfleet.io/prom
 only patch rights on SpeculativeDeployments and work whether or not the operator is running right now.
 
 These are the typer commands; what they show and how they reach the cluster is in `specfleet.cli.view`
-(no typer, no API models), which a plain `kubectl specfleet status` runs directly. The API vocabulary
-(pydantic models behind it) is imported where a command uses it.
+(no typer, no API models), which a plain `kubectl specfleet status` runs directly.
 """
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 from rich.text import Text
 
+from specfleet.api.vocabulary import GROUP, PLURAL, PROMOTE_FULL, VERSION, Command
 from specfleet.cli.view import (
-    GROUP,
-    PLURAL,
-    VERSION,
     Cluster,
     Output,
     _age,
@@ -39,10 +36,7 @@ from specfleet.cli.view import (
     show_status,
 )
 
-if TYPE_CHECKING:
-    from specfleet.api.vocabulary import Command
-
-__all__ = ["GROUP", "PLURAL", "VERSION", "Cluster", "Output", "connect", "get", "register", "render_status"]
+__all__ = ["Cluster", "Output", "connect", "get", "register", "render_status"]
 """What other modules and tests take from here (the commands' helpers live in `specfleet.cli.view`)."""
 
 
@@ -111,10 +105,8 @@ def status_command(
     show_status(name, watch, namespace, output, kubeconfig, context)
 
 
-def _target(command: "Command", status: dict[str, Any]) -> str | None:
+def _target(command: Command, status: dict[str, Any]) -> str | None:
     """What a command would act on now: the live canary (promote, abort) or the rejected revision (retry)."""
-    from specfleet.api.vocabulary import Command
-
     if command is Command.RETRY:
         return status.get("rejectedRevision")
     canary = status.get("canaryRevision")
@@ -132,7 +124,6 @@ def _command(
     The write carries the resourceVersion that was read, so the check and the write see the same object
     (a 409 means it changed: read and check again).
     """
-    from specfleet.api.vocabulary import Command
     from specfleet.cli import kubeapi
 
     cluster = connect(kubeconfig, context, namespace)
@@ -177,8 +168,6 @@ def promote_command(
     context: ContextOption = None,
 ) -> None:
     """Move the canary on: end the current step (a manual gate, or a pause after a failure), or --full."""
-    from specfleet.api.vocabulary import PROMOTE_FULL, Command
-
     _command(name, Command.PROMOTE, PROMOTE_FULL if full else "step", namespace, kubeconfig, context)
 
 
@@ -189,8 +178,6 @@ def abort_command(
     context: ContextOption = None,
 ) -> None:
     """Send all traffic back to stable, then remove the canary; the revision is not tried again until retry."""
-    from specfleet.api.vocabulary import Command
-
     _command(name, Command.ABORT, "user", namespace, kubeconfig, context)
 
 
@@ -201,8 +188,6 @@ def retry_command(
     context: ContextOption = None,
 ) -> None:
     """Canary again a revision that was aborted or rolled back."""
-    from specfleet.api.vocabulary import Command
-
     _command(name, Command.RETRY, "user", namespace, kubeconfig, context)
 
 

@@ -21,14 +21,11 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from specfleet.api.vocabulary import GROUP, PLURAL, VERSION
 from specfleet.cli.console import make_console
 
 if TYPE_CHECKING:
     from specfleet.cli.kubeapi import CustomObjectsApi
-
-GROUP, VERSION, PLURAL = "specfleet.io", "v1alpha1", "speculativedeployments"
-"""`specfleet.api.resource`'s names, repeated here because importing it builds the pydantic models (the
-unit tests check that both agree)."""
 
 console = make_console()  # a pipe gets whole columns ("NAMESPACE", not "NAMESPA…") and unwrapped lines
 errors = make_console(stderr=True)

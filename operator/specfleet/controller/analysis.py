@@ -198,9 +198,9 @@ def measure_fleet(
     assert status.stable_revision is not None
     meta = sdep.metadata
     window = parse_duration(sdep.spec.rollout.analysis.window).total_seconds()
-    stable = promql.TrackSelector(meta.namespace, meta.name, "stable", status.stable_revision)
+    stable = promql.TrackSelector(meta.namespace, meta.name, Track.STABLE.value, status.stable_revision)
     holdback = status.holdback.revision if status.holdback else None
-    selector = promql.TrackSelector(meta.namespace, meta.name, "holdback", holdback) if holdback else None
+    selector = promql.TrackSelector(meta.namespace, meta.name, Track.HOLDBACK.value, holdback) if holdback else None
     at = now.timestamp()
     try:
         seconds = scraped_seconds(provider, (stable,) if selector is None else (stable, selector), window, at)

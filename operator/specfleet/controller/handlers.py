@@ -25,14 +25,12 @@ from typing import Any
 import kopf
 from kubernetes.dynamic.exceptions import ConflictError
 
-from specfleet.api.resource import GROUP, PLURAL, VERSION
-from specfleet.api.vocabulary import FIELD_MANAGER, LABEL_NAME
+from specfleet.api.vocabulary import FIELD_MANAGER, GROUP, LABEL_NAME, LABEL_PREFLIGHT, PLURAL, VERSION
 from specfleet.controller.kube import Kube, connection_info
 from specfleet.controller.metrics import LEADER, FleetCollector
 from specfleet.controller.queue import WorkQueue
 from specfleet.controller.reconciler import Reconciler
 from specfleet.controller.store import PREFLIGHT_POD, Store
-from specfleet.preflight import LABEL_PREFLIGHT
 
 MANAGED = {"app.kubernetes.io/managed-by": FIELD_MANAGER}
 INITIAL_SYNC_SECONDS = 2.0

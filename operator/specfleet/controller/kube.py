@@ -16,8 +16,7 @@ from kubernetes.dynamic.exceptions import ForbiddenError, NotFoundError, Resourc
 from kubernetes.dynamic.resource import Resource
 
 from specfleet import __version__
-from specfleet.api.resource import API_VERSION, KIND
-from specfleet.api.vocabulary import FIELD_MANAGER
+from specfleet.api.vocabulary import API_VERSION, FIELD_MANAGER, KIND
 from specfleet.controller.metrics import API_REQUESTS
 
 Manifest = dict[str, Any]

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from specfleet.preflight import LABEL_PREFLIGHT
+from specfleet.api.vocabulary import LABEL_PREFLIGHT
 
 LOOPBACK = "127.0.0.1"
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"

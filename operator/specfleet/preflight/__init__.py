@@ -5,7 +5,3 @@ drafter shares the target's vocabulary and fits beside it in GPU memory (docs/pr
 serving image and import nothing from specfleet outside this package; `job` renders the Job on the
 operator's side and is left out of the image.
 """
-
-LABEL_PREFLIGHT = "specfleet.io/preflight"
-"""On a preflight Job and its pods: the fleet it checks for. Here, not in the Job's module, so that the dev
-cluster (kwok's stages) and the simulator can name it without loading specfleet's API models."""

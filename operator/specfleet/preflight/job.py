@@ -9,8 +9,7 @@ them; `specfleet.io/preflight: <fleet>` marks them (and the Job) instead.
 from typing import Any
 
 from specfleet.api.resource import SpeculativeDeployment
-from specfleet.api.vocabulary import FIELD_MANAGER, LABEL_NAME, LABEL_REVISION
-from specfleet.preflight import LABEL_PREFLIGHT
+from specfleet.api.vocabulary import FIELD_MANAGER, LABEL_NAME, LABEL_PREFLIGHT, LABEL_REVISION
 from specfleet.render.manifests import (
     HF_HOME,
     SERVING_UID,

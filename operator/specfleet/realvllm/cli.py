@@ -9,7 +9,7 @@ from pathlib import Path
 import kubernetes
 import typer
 
-from specfleet.preflight import LABEL_PREFLIGHT
+from specfleet.api.vocabulary import LABEL_PREFLIGHT
 from specfleet.realvllm.install import InstallError, ensure
 from specfleet.realvllm.models import ensure_models
 from specfleet.realvllm.runner import LoadPlan, RealEngine

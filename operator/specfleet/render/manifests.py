@@ -12,11 +12,13 @@ from typing import Any
 
 from specfleet.api.durations import parse_duration
 from specfleet.api.problems import InvalidSpecError, Problem
-from specfleet.api.resource import API_VERSION, KIND, SpeculativeDeployment
+from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.spec import SpeculativeDeploymentSpec, SpeculativeMethod, SpeculativeSpec
 from specfleet.api.vocabulary import (
     ALWAYS_SERVED,
+    API_VERSION,
     FIELD_MANAGER,
+    KIND,
     LABEL_CANDIDATE,
     LABEL_NAME,
     LABEL_REVISION,

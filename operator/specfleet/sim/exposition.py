@@ -21,7 +21,6 @@ ENGINE_INDEX = "0"
 PREFILL_TIME = "vllm:request_prefill_time_seconds"
 DECODE_TIME = "vllm:request_decode_time_seconds"
 INFERENCE_TIME = "vllm:request_inference_time_seconds"
-TIME_PER_OUTPUT_TOKEN = "vllm:request_time_per_output_token_seconds"
 
 
 class _Families:
@@ -95,7 +94,7 @@ def families(metrics: Metrics, model_name: str, speculative: bool, created: floa
         (names.TIME_TO_FIRST_TOKEN, "Histogram of time to first token in seconds.", metrics.time_to_first_token),
         (names.INTER_TOKEN_LATENCY, "Histogram of inter-token latency in seconds.", metrics.inter_token_latency),
         (
-            TIME_PER_OUTPUT_TOKEN,
+            names.TIME_PER_OUTPUT_TOKEN,
             "Histogram of time_per_output_token_seconds per request.",
             metrics.time_per_output_token,
         ),

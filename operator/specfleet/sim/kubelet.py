@@ -26,7 +26,7 @@ import kubernetes
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from specfleet.preflight import LABEL_PREFLIGHT
+from specfleet.api.vocabulary import LABEL_PREFLIGHT
 from specfleet.sim.tiny_tokenizers import has_snapshot, hub_snapshot, write_tokenizer
 
 log = logging.getLogger(__name__)
