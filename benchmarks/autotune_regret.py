@@ -58,6 +58,8 @@ from specfleet.render.argv import FINE_ITL_BUCKETS
 from specfleet.sim.engine import Engine
 from specfleet.sim.oracle import Setup, token_latency
 
+from benchkit import markdown_table
+
 GOAL = 0.97
 BUCKET_ARGS = ("--custom-histogram-buckets", json.dumps({"inter_token_latency": FINE_ITL_BUCKETS}))
 """What the renderer gives every pod: 6%-wide buckets, so per-token latencies are resolved."""
@@ -374,12 +376,6 @@ def experiment_seconds(outcome: Outcome, experiment: Experiment, side_by_side: b
     return sum(experiment.pod_start + m.seconds for m in outcome.measured)
 
 
-def _table(headers: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join("---" for _ in headers) + " |"]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def _measured_cell(m: Measured, chosen: int | None) -> str:
     if m.verdict is not Verdict.PASS:
         return f"{m.k}: {'fail' if m.verdict is Verdict.FAIL else 'no data'}"
@@ -492,7 +488,7 @@ def report(outcomes: list[Outcome], experiment: Experiment) -> str:
     nominal = len(outcomes[0].measured) * (experiment.pod_start / 60 + step)
     count = len(outcomes)
     margin = experiment.min_improvement
-    lines = [_table(headers, rows), ""]
+    lines = [markdown_table(headers, rows), ""]
     for name, winner in ROWS.items():
         exact = sum((winner(o) or o.stable_k) == o.best for o in outcomes)
         lines.append(_summary(name, [o.fraction(winner(o)) for o in outcomes]) + f", exact oracle k {exact}/{count}")

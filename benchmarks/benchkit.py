@@ -1,27 +1,38 @@
-"""What the benchmark scripts share: a cluster with the CRD installed, ports, percentiles."""
+"""What the benchmark scripts share: a cluster with the CRD installed, processes, waits, ports, percentiles,
+markdown tables.
+
+The cluster's modules (the Kubernetes library, the dev cluster) load where a cluster is made, so the
+simulation-only benchmarks (judge_roc, autotune_regret) can use the rest without paying for them.
+"""
 
 import contextlib
 import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import kubernetes
-
-from specfleet.devcluster.cluster import ClusterInfo, up
-from specfleet.devcluster.config import free_ports
-from specfleet.devcluster.nodes import pool_from_counts
+from specfleet.api.vocabulary import API_VERSION, KIND
 from specfleet.devcluster.process import signals_as_interrupts, signals_deferred, signals_ignored
 
+if TYPE_CHECKING:
+    from specfleet.devcluster.cluster import ClusterInfo
+
 ROOT = Path(__file__).resolve().parents[1]
-GROUP, VERSION, PLURAL = "specfleet.io", "v1alpha1", "speculativedeployments"
 
 
-def cluster_with_crd(state_dir: Path, mi300x_nodes: int) -> tuple[ClusterInfo, str]:
+def cluster_with_crd(state_dir: Path, mi300x_nodes: int) -> tuple["ClusterInfo", str]:
     """A dev cluster of its own (free ports) with the CRD Established, and a fresh namespace in it."""
+    import kubernetes
+
+    from specfleet.devcluster.cluster import up
+    from specfleet.devcluster.config import free_ports
+    from specfleet.devcluster.nodes import pool_from_counts
+
     cluster = up(state_dir, pool=pool_from_counts(mi300x=mi300x_nodes, mi325x=0, mi355x=0, cpu=1), ports=free_ports())
     kubectl = [str(cluster.kubectl), "--kubeconfig", str(cluster.kubeconfig)]
     crd = ROOT / "crds" / "specfleet.io_speculativedeployments.yaml"
@@ -37,8 +48,8 @@ def cluster_with_crd(state_dir: Path, mi300x_nodes: int) -> tuple[ClusterInfo, s
 def one_replica_fleet(name: str, speculative: dict[str, Any], **spec: Any) -> dict[str, Any]:
     """A one-replica Llama 3.1 8B SpeculativeDeployment on MI300X (one GPU), with extra spec fields."""
     return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "SpeculativeDeployment",
+        "apiVersion": API_VERSION,
+        "kind": KIND,
         "metadata": {"name": name},
         "spec": {
             "replicas": 1,
@@ -56,14 +67,48 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def wait_until(what: str, check: Callable[[], bool], timeout: float, *, interval: float = 2.0) -> None:
+    """Poll `check` every `interval` seconds until it holds; end the run (SystemExit) after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass(frozen=True)
+class ProcessUsage:
+    cpu_seconds: float
+    """User and system time so far."""
+    rss_mib: float
+    peak_rss_mib: float
+
+
+def process_usage(pid: int) -> ProcessUsage:
+    """What a live process has used so far, from /proc (the controllers measured run on this machine)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    return ProcessUsage(
+        cpu_seconds=(int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"),
+        rss_mib=int(status["VmRSS"].split()[0]) / 1024,  # kB
+        peak_rss_mib=int(status["VmHWM"].split()[0]) / 1024,
+    )
+
+
 def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile (q in 0..1) of a non-empty list."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def markdown_table(headers: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join("---" for _ in headers) + " |"]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
 @contextlib.contextmanager
-def cluster_session(state_dir: Path, mi300x_nodes: int, *, keep: bool = False) -> Iterator[tuple[ClusterInfo, str]]:
+def cluster_session(state_dir: Path, mi300x_nodes: int, *, keep: bool = False) -> Iterator[tuple["ClusterInfo", str]]:
     """`cluster_with_crd` that always ends: a fresh dev cluster in `state_dir`, taken down when the block ends
     (success, exception, Ctrl-C, SIGTERM), or with `keep=True` left running with the command that stops it.
 

@@ -61,9 +61,10 @@ import kubernetes
 import urllib3
 import yaml
 
+from specfleet.api.vocabulary import GROUP, LABEL_NAME, LABEL_REVISION, LABEL_TRACK, PLURAL, VERSION, Track
 from specfleet.devcluster.gateway import install_httproute_crd
 
-from benchkit import GROUP, PLURAL, VERSION, cluster_session, free_port, one_replica_fleet
+from benchkit import cluster_session, free_port, one_replica_fleet
 
 EXPECTED = {
     "good": "Promoted",
@@ -219,16 +220,16 @@ def check_invariants(
         problems.append(f"promoted without every step passing: {mine[-1]['reason']}")
     if status.get("canaryRevision") or status.get("retiringRevision"):
         problems.append("a canary is still in status")
-    stable = [d for d in deployments if (d.metadata.labels or {}).get("specfleet.io/track") == "stable"]
+    stable = [d for d in deployments if (d.metadata.labels or {}).get(LABEL_TRACK) == Track.STABLE]
     others = [d.metadata.name for d in deployments if d not in stable]
     if len(stable) != 1 or others:
         problems.append(f"Deployments: stable {[d.metadata.name for d in stable]}, others {others}")
-    elif stable[0].metadata.labels.get("specfleet.io/revision") != status.get("stableRevision"):
+    elif stable[0].metadata.labels.get(LABEL_REVISION) != status.get("stableRevision"):
         problems.append("the stable Deployment is not at status.stableRevision")
     elif stable[0].spec.replicas != spec.get("replicas", 1):
         problems.append(f"stable Deployment replicas {stable[0].spec.replicas} != {spec.get('replicas', 1)}")
     fleet_service = [s for s in services if s.metadata.name == canary.name]
-    if len(fleet_service) != 1 or (fleet_service[0].spec.selector or {}).get("specfleet.io/track") != "stable":
+    if len(fleet_service) != 1 or (fleet_service[0].spec.selector or {}).get(LABEL_TRACK) != Track.STABLE:
         problems.append("the fleet Service does not select the stable track alone")
     expected = {canary.name, f"{canary.name}-stable"} if canary.routed else {canary.name}
     if any(s.metadata.name not in expected for s in services):
@@ -419,7 +420,7 @@ class Injector:
             time.sleep(0.1)
 
     def delete_node(self) -> None:
-        pods = self.core.list_namespaced_pod(self.namespace, label_selector="specfleet.io/track=canary").items
+        pods = self.core.list_namespaced_pod(self.namespace, label_selector=f"{LABEL_TRACK}={Track.CANARY}").items
         nodes = sorted({p.spec.node_name for p in pods if p.spec.node_name})
         if not nodes:
             raise RuntimeError("no canary pod on a node")
@@ -598,7 +599,7 @@ def drive(args: argparse.Namespace, canaries: list[Canary], custom: Any, core: A
                 c.state = "settling"
                 c.started = time.monotonic()
             elif c.state == "settling" and time.monotonic() - c.started > 45 and obj is not None:
-                selector = f"specfleet.io/name={c.name}"
+                selector = f"{LABEL_NAME}={c.name}"
                 try:
                     deployments = apps.list_namespaced_deployment(namespace, label_selector=selector).items
                     services = core.list_namespaced_service(namespace, label_selector=selector).items

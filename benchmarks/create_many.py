@@ -14,7 +14,6 @@ stop when it ends, however it ends (`--keep` leaves them running and prints how 
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -25,9 +24,10 @@ from pathlib import Path
 
 import kubernetes
 
+from specfleet.api.vocabulary import GROUP, PLURAL, VERSION
 from specfleet.devcluster.cluster import ClusterInfo
 
-from benchkit import GROUP, PLURAL, VERSION, background, cluster_session, free_port, one_replica_fleet, percentile
+from benchkit import background, cluster_session, free_port, one_replica_fleet, percentile, process_usage
 
 WRITE_VERBS = ("apply", "create", "delete", "patch", "patch-status")
 
@@ -42,18 +42,6 @@ def operator_requests(port: int) -> dict[str, float]:
             verb = labels.split('verb="', 1)[1].split('"', 1)[0]
             counts[verb] = counts.get(verb, 0.0) + float(value)
     return counts
-
-
-def process_usage(pid: int) -> tuple[float, float]:
-    """(RSS MiB, CPU seconds) of a process, from /proc."""
-    rss_kib = next(
-        int(line.split()[1])
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-        if line.startswith("VmRSS:")
-    )
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    return rss_kib / 1024, (int(fields[11]) + int(fields[12])) / ticks
 
 
 def main() -> None:
@@ -139,7 +127,7 @@ def run(args: argparse.Namespace, cluster: ClusterInfo, namespace: str, nodes: i
         total = max(healthy.values()) - start if healthy else float("nan")
         latencies = [healthy[n] - created[n] for n in healthy]
         after_create = operator_requests(args.metrics_port)
-        rss, cpu = process_usage(operator.pid)
+        usage = process_usage(operator.pid)
 
         idle_start = operator_requests(args.metrics_port)
         time.sleep(args.steady_seconds)
@@ -158,8 +146,8 @@ def run(args: argparse.Namespace, cluster: ClusterInfo, namespace: str, nodes: i
             },
             "operator_api_requests_per_object": round(requests_total / args.count, 2),
             "operator_api_requests_by_verb": {k: after_create.get(k, 0) - before.get(k, 0) for k in after_create},
-            "operator_rss_mib": round(rss, 1),
-            "operator_cpu_seconds": round(cpu, 1),
+            "operator_rss_mib": round(usage.rss_mib, 1),
+            "operator_cpu_seconds": round(usage.cpu_seconds, 1),
             "steady_state_writes_per_minute": round(idle_writes * 60 / args.steady_seconds, 2),
             "nodes": nodes,
             "workers": args.workers,

@@ -11,7 +11,6 @@ seen are reported). The namespace is deleted, and its pods gone, before the next
 
 import contextlib
 import json
-import os
 import threading
 import time
 from collections import Counter
@@ -22,7 +21,10 @@ from typing import Any
 
 import kubernetes
 
+from benchkit import percentile, process_usage
+
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+QUANTILES = {"p50": 0.5, "p95": 0.95}
 BENCH_USER_AGENT = "specfleet-bench"
 """This script's own requests, told apart from the controllers' in the audit log."""
 
@@ -56,15 +58,6 @@ def controller_requests(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for e in events if not (e.get("userAgent") or "").startswith(BENCH_USER_AGENT)]
 
 
-def process_usage(pid: int) -> tuple[float, float]:
-    """(CPU seconds, peak RSS MiB) of a live process, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    status = Path(f"/proc/{pid}/status").read_text().splitlines()
-    peak_kib = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
-    return cpu, peak_kib / 1024
-
-
 def measure(
     contender: Contender,
     count: int,
@@ -87,11 +80,11 @@ def measure(
             with _watching(contender, api, namespace, count, converged, timeout):
                 started = time.monotonic()
                 _create_all(contender, api, namespace, count, created)
-            cpu, peak = process_usage(pid)
+            cpu = process_usage(pid).cpu_seconds
             events, offset = audit_events(audit_log, offset)
             busy = controller_requests(events)
             time.sleep(idle)  # the measurement: nothing changes for `idle` seconds
-            idle_cpu, peak = process_usage(pid)
+            after_idle = process_usage(pid)
             quiet = Counter(e["verb"] for e in controller_requests(audit_events(audit_log, offset)[0]))
     finally:
         _delete_namespace(core, namespace)
@@ -102,16 +95,16 @@ def measure(
         "converged": len(converged),
         "all_converged_seconds": round(total, 1) if total is not None else None,
         "create_seconds": round(max(created.values()) - started, 1),
-        "per_object_seconds": {"p50": _nearest_rank(each, 0.5), "p95": _nearest_rank(each, 0.95)},
+        "per_object_seconds": {name: round(percentile(each, q), 1) if each else None for name, q in QUANTILES.items()},
         "cpu_seconds": round(cpu, 1),
-        "peak_rss_mib": round(peak, 1),
+        "peak_rss_mib": round(after_idle.peak_rss_mib, 1),
         "api_requests_per_object": round(len(busy) / count, 2),
         "api_requests_by_verb": dict(sorted(Counter(e["verb"] for e in busy).items())),
         "user_agents": sorted({(e.get("userAgent") or "").split(" ")[0] for e in busy}),
         "idle_seconds": idle,
         "idle_writes_per_minute": round(sum(n for v, n in quiet.items() if v in WRITE_VERBS) * 60 / idle, 2),
         "idle_reads_per_minute": round(sum(n for v, n in quiet.items() if v not in WRITE_VERBS) * 60 / idle, 2),
-        "idle_cpu_seconds": round(idle_cpu - cpu, 1),
+        "idle_cpu_seconds": round(after_idle.cpu_seconds - cpu, 1),
     }
 
 
@@ -149,10 +142,6 @@ def _watching(
     yield
     watcher.join(timeout=max(0.0, deadline - time.monotonic()))
     stream.stop()
-
-
-def _nearest_rank(ordered: list[float], q: float) -> float | None:
-    return round(ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))], 1) if ordered else None
 
 
 def _create_all(

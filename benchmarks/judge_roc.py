@@ -73,13 +73,15 @@ from specfleet.api.durations import parse_duration
 from specfleet.api.spec import AnalysisSpec, Guardrails
 from specfleet.api.status import Verdict
 from specfleet.devcluster.process import signals_as_interrupts
+from specfleet.fleetpods.pods import parse_vllm_args
 from specfleet.hardware import MI325X
 from specfleet.judge import Judgement, Recent, TrackEvidence, judge, judged_guardrails
 from specfleet.render.argv import FINE_ITL_BUCKETS
 from specfleet.sim.engine import Engine, Histogram, Metrics, configure
-from specfleet.sim.pods import parse_vllm_args
 from specfleet.sim.scenario import parse_scenario, resolve
 from specfleet.stats import Binned, binned_sd, common_bounds, log_quantile_se, requests_to_bound, wilson_bounds, z_score
+
+from benchkit import markdown_table
 
 TARGET = "meta-llama/Llama-3.1-8B-Instruct"
 DRAFTER = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
@@ -550,12 +552,6 @@ def _pct(share: float) -> str:
     return f"{share:.0%}" if share in (0, 1) or share >= 0.1 else f"{share:.1%}"
 
 
-def _table(headers: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join("---" for _ in headers) + " |"]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 SHORT_NAMES = {
     "minAcceptanceAlpha": "alpha",
     "maxTokenLatencyP95Regression": "p95",
@@ -852,7 +848,7 @@ def main(arguments: Sequence[str] | None = None) -> None:
           + f"; evidence cut every {TICK:.0f} s, exact increases (no scrape jitter)")  # fmt: skip
     print(f"\nwhat each measure says (one pod, {LOAD:g} req/s, 5 minutes):")
     measures = measures_table(args.seed)
-    print(_table(list(measures[0]), [list(r.values()) for r in measures]))
+    print(markdown_table(list(measures[0]), [list(r.values()) for r in measures]))
 
     changes = [e for e in EFFECTS if args.effects is None or e.key in args.effects]
     jobs = [
@@ -885,9 +881,11 @@ def main(arguments: Sequence[str] | None = None) -> None:
 
     print(f"\nthe matrix ({args.trials} canaries per cell; R: rolled back, P: promoted, then the median time to "
           "the decision; N: rolled back by onNoData; F: rolled back by a Fail):")  # fmt: skip
-    print(_table(["effect", *(f"{load:g} req/s, {s.name}" for load, s in columns)], matrix_rows(ordered, columns)))
+    print(
+        markdown_table(["effect", *(f"{load:g} req/s, {s.name}" for load, s in columns)], matrix_rows(ordered, columns))
+    )
     print("\nevery cell:")
-    print(_table(CELL_HEADERS, cell_rows(ordered)))
+    print(markdown_table(CELL_HEADERS, cell_rows(ordered)))
     print("\ntargets:")
     for target, met, numbers in targets(ordered):
         print(f"{'PASS' if met else 'MISS'}  {target}: {numbers}")

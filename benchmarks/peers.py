@@ -51,18 +51,10 @@ import kubernetes
 import urllib3
 import yaml
 
+from specfleet.api.vocabulary import GROUP, LABEL_TRACK, PLURAL, VERSION, Track
+
 import fleetscale
-from benchkit import (
-    GROUP,
-    PLURAL,
-    ROOT,
-    VERSION,
-    background,
-    cluster_session,
-    free_port,
-    one_replica_fleet,
-    percentile,
-)
+from benchkit import ROOT, background, cluster_session, free_port, one_replica_fleet, percentile, wait_until
 
 CONTROLLERS = ("specfleet", "argo", "flagger")
 SETTINGS = ("documented", "tuned")
@@ -147,7 +139,6 @@ def specfleet_fleet(name: str, kind: str, setting: str, model: str | None) -> di
 def pod_template(name: str, model: str | None) -> dict[str, Any]:
     """The pod specfleet would run for this config, with only the label `app: <name>` (peers' pods)."""
     from specfleet.api.resource import SpeculativeDeployment
-    from specfleet.api.vocabulary import Track
     from specfleet.render.manifests import deployment, revision
 
     sdep = SpeculativeDeployment.from_mapping(one_replica_fleet(name, speculative(model)))
@@ -628,21 +619,13 @@ def canary_serving(run: Run, fleet: Fleet, pods: dict[str, list[dict[str, str]]]
     """Whether the canary still gets traffic: specfleet's Service still selects it; a peer still has a Ready
     canary pod (Argo's basic canary and Flagger's `<name>-canary` Service send traffic to every Ready one)."""
     if fleet.controller == "specfleet":
-        return selectors.get(fleet.name, {}).get("specfleet.io/track") != "stable"
+        return selectors.get(fleet.name, {}).get(LABEL_TRACK) != Track.STABLE
     if fleet.controller == "argo":
         return any(
             p.get("app") == fleet.name and p.get("rollouts-pod-template-hash") == fleet.canary_hash
             for p in pods["argo"]
         )
     return any(p.get("app") == fleet.name for p in pods["flagger"])
-
-
-def wait_until(what: str, check: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(2)
 
 
 def start_fleets(run: Run, fleets: list[Fleet]) -> float:

@@ -28,9 +28,10 @@ from typing import Any
 import kubernetes
 import yaml
 
+from specfleet.api.vocabulary import GROUP, LABEL_TRACK, PLURAL, VERSION, Track
 from specfleet.devcluster.cluster import ClusterInfo
 
-from benchkit import GROUP, PLURAL, VERSION, background, cluster_session, free_port, one_replica_fleet, percentile
+from benchkit import background, cluster_session, free_port, one_replica_fleet, percentile, wait_until
 
 GOOD = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
 SCENARIO: dict[str, Any] = {"defaults": {"acceptance": 0.8, "load": 6.0, "output_tokens": 128, "noise": 0.05}}
@@ -99,17 +100,13 @@ def run(args: argparse.Namespace, cluster: ClusterInfo, namespace: str, work: Pa
             items = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
             return {o["metadata"]["name"]: o.get("status") or {} for o in items}
 
-        def wait(what: str, done: Any, timeout: float = 600) -> None:
-            deadline = time.monotonic() + timeout
-            while not done(statuses()):
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"timed out waiting for {what}")
-                time.sleep(1)
+        def all_healthy() -> bool:
+            fleets = statuses()
+            return len(fleets) == args.trials + args.aa_trials and all(
+                v.get("phase") == "Healthy" for v in fleets.values()
+            )
 
-        wait(
-            "all Healthy",
-            lambda s: len(s) == args.trials + args.aa_trials and all(v.get("phase") == "Healthy" for v in s.values()),
-        )
+        wait_until("all Healthy", all_healthy, 600, interval=1.0)
         for name in breach_names:  # the canary's drafter is the one that will turn bad
             custom.patch_namespaced_custom_object(
                 GROUP, VERSION, namespace, PLURAL, name, {"spec": {"speculative": {"model": "victim/EAGLE3-drafter"}}}
@@ -127,10 +124,11 @@ def run(args: argparse.Namespace, cluster: ClusterInfo, namespace: str, work: Pa
             alpha = (analysis.get("canary") or {}).get("acceptanceAlpha")
             return analysis.get("verdict") in ("Pass", "Inconclusive") and alpha is not None and alpha > 0.7
 
-        wait(
+        wait_until(
             "every canary to be judged good",
-            lambda s: all(judged_good(v, n) for n, v in s.items()),
-            timeout=900,
+            lambda: all(judged_good(v, n) for n, v in statuses().items()),
+            900,
+            interval=1.0,
         )
 
         request = urllib.request.Request(f"{sim_url}/scenario", data=yaml.safe_dump(BREACH).encode(), method="PUT")
@@ -143,7 +141,7 @@ def run(args: argparse.Namespace, cluster: ClusterInfo, namespace: str, work: Pa
             selectors = {s.metadata.name: s.spec.selector or {} for s in core.list_namespaced_service(namespace).items}
             now = time.monotonic()
             for name in breach_names:
-                if name not in rolled and selectors.get(name, {}).get("specfleet.io/track") == "stable":
+                if name not in rolled and selectors.get(name, {}).get(LABEL_TRACK) == Track.STABLE:
                     rolled[name] = now - t0
             for name, status in statuses().items():
                 if name in aa_analyses and status.get("lastAnalysis"):
