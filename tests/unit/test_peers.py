@@ -12,13 +12,15 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
 
-import peers
+import peers_fleets
+import peers_phases
+import peers_report
 
 PROMETHEUS = "http://127.0.0.1:9090"
 
 
 def test_argo_template_judges_both_guardrails_on_the_pod_template_hash() -> None:
-    template = peers.argo_template("argo-ns", "documented", PROMETHEUS)
+    template = peers_fleets.argo_template("argo-ns", "documented", PROMETHEUS)
     metrics = {m["name"]: m for m in template["spec"]["metrics"]}
     assert set(metrics) == {"token-latency-p95-ratio", "acceptance-alpha"}
     latency = metrics["token-latency-p95-ratio"]
@@ -36,7 +38,7 @@ def test_argo_template_judges_both_guardrails_on_the_pod_template_hash() -> None
 
 
 def test_argo_rollout_is_a_basic_canary_with_background_analysis_of_its_own_hashes() -> None:
-    rollout = peers.argo_rollout("breach-t-00", "breach", "tuned", peers.GOOD)
+    rollout = peers_fleets.argo_rollout("breach-t-00", "breach", "tuned", peers_fleets.GOOD)
     canary = rollout["spec"]["strategy"]["canary"]
     assert "trafficRouting" not in canary
     assert canary["steps"] == [{"setWeight": 50}, {"pause": {}}]  # held live until the breach
@@ -45,30 +47,30 @@ def test_argo_rollout_is_a_basic_canary_with_background_analysis_of_its_own_hash
     assert args["app"]["value"] == "breach-t-00"
     assert args["canary-hash"]["valueFrom"] == {"podTemplateHashValue": "Latest"}
     assert args["stable-hash"]["valueFrom"] == {"podTemplateHashValue": "Stable"}
-    good = peers.argo_rollout("good-t-00", "good", "tuned", None)
+    good = peers_fleets.argo_rollout("good-t-00", "good", "tuned", None)
     assert good["spec"]["strategy"]["canary"]["steps"][1] == {"pause": {"duration": "100s"}}
 
 
 def test_peer_pods_run_what_specfleet_renders_labelled_only_with_app() -> None:
-    template = peers.pod_template("x", peers.GOOD)
+    template = peers_fleets.pod_template("x", peers_fleets.GOOD)
     assert template["metadata"]["labels"] == {"app": "x"}
     [container] = template["spec"]["containers"]
     assert container["command"] == ["vllm", "serve"]
-    assert peers.GOOD in " ".join(container["args"])
-    plain = peers.pod_template("x", None)
+    assert peers_fleets.GOOD in " ".join(container["args"])
+    plain = peers_fleets.pod_template("x", None)
     assert "--speculative-config" not in plain["spec"]["containers"][0]["args"]
 
 
 def test_flagger_canary_is_blue_green_with_the_same_queries_on_app_labels() -> None:
-    canary = peers.flagger_canary("aa-d-01", "aa", "documented")
+    canary = peers_fleets.flagger_canary("aa-d-01", "aa", "documented")
     assert canary["spec"]["provider"] == "kubernetes"
     analysis = canary["spec"]["analysis"]
     assert (analysis["interval"], analysis["threshold"]) == ("60s", 2)
     assert {m["templateRef"]["name"] for m in analysis["metrics"]} == {"token-latency-p95-ratio", "acceptance-alpha"}
     assert all(m["interval"] == "60s" for m in analysis["metrics"])
-    good = peers.flagger_canary("good-t-00", "good", "tuned")["spec"]["analysis"]
+    good = peers_fleets.flagger_canary("good-t-00", "good", "tuned")["spec"]["analysis"]
     assert (good["interval"], good["iterations"]) == ("10s", 10)
-    templates = {t["metadata"]["name"]: t["spec"] for t in peers.flagger_templates("fl", PROMETHEUS)}
+    templates = {t["metadata"]["name"]: t["spec"] for t in peers_fleets.flagger_templates("fl", PROMETHEUS)}
     latency = templates["token-latency-p95-ratio"]["query"]
     assert 'app="{{ target }}"' in latency and 'app="{{ target }}-primary"' in latency
     assert "[{{ interval }}]" in latency
@@ -76,40 +78,41 @@ def test_flagger_canary_is_blue_green_with_the_same_queries_on_app_labels() -> N
 
 
 def test_specfleet_fleets_take_the_defaults_documented_and_the_shared_interval_tuned() -> None:
-    documented = peers.specfleet_fleet("b", "breach", "documented", peers.GOOD)["spec"]["rollout"]
+    documented = peers_fleets.specfleet_fleet("b", "breach", "documented", peers_fleets.GOOD)["spec"]["rollout"]
     assert "analysis" not in documented and documented["steps"][0]["pause"] == {"duration": "2h"}
-    tuned = peers.specfleet_fleet("g", "good", "tuned", None)["spec"]
+    tuned = peers_fleets.specfleet_fleet("g", "good", "tuned", None)["spec"]
     assert tuned["rollout"]["analysis"] == {"interval": "10s", "window": "30s"}
     assert tuned["speculative"] == {"method": "none"}
     assert tuned["rollout"]["steps"][0]["pause"] == {"duration": "100s"}
 
 
 def test_tuned_settings_share_interval_and_window() -> None:
-    tuned = {peers.SETUPS[c, "tuned"] for c in peers.CONTROLLERS}
+    tuned = {peers_fleets.SETUPS[c, "tuned"] for c in peers_fleets.CONTROLLERS}
     assert {(s.interval, s.window) for s in tuned} == {(10, 30)}
 
 
 def test_the_scenario_breaks_only_breach_drafters_and_starves_only_aa_canaries() -> None:
-    document = peers.scenario(1.0, breach=True, cold=True)
+    document = peers_fleets.scenario(1.0, breach=True, cold=True)
     by_drafter = {p["drafter"]: p for p in document["pairs"]}
-    assert by_drafter[peers.drafter("breach", "tuned")]["acceptance"] == 0.3
-    assert by_drafter[peers.drafter("aa", "documented")]["load"] == 0.0
-    assert peers.GOOD not in by_drafter
-    assert peers.scenario(1.0, breach=False, cold=False)["pairs"] == []
+    assert by_drafter[peers_fleets.drafter("breach", "tuned")]["acceptance"] == 0.3
+    assert by_drafter[peers_fleets.drafter("aa", "documented")]["load"] == 0.0
+    assert peers_fleets.GOOD not in by_drafter
+    assert peers_fleets.scenario(1.0, breach=False, cold=False)["pairs"] == []
 
 
 def test_summary_and_ratios() -> None:
-    assert peers.summarize([]) == {"p50": None, "p95": None, "max": None}
+    assert peers_report.summarize([]) == {"p50": None, "p95": None, "max": None}
     times = [float(t) for t in range(1, 21)]
-    assert peers.summarize(times) == {"p50": 10.5, "p95": 19.0, "max": 20.0}
-    assert peers.ratio(10.0, 40.0) == 0.25 and peers.ratio(None, 3.0) is None and peers.ratio(1.0, 0.0) is None
+    assert peers_report.summarize(times) == {"p50": 10.5, "p95": 19.0, "max": 20.0}
+    assert peers_report.ratio(10.0, 40.0) == 0.25
+    assert peers_report.ratio(None, 3.0) is None and peers_report.ratio(1.0, 0.0) is None
     results = {
         "specfleet/tuned": {"breach": {"p95": 12.0}},
         "argo/documented": {"breach": {"p95": 960.0}},
         "argo/tuned": {"breach": {"p95": 48.0}},
         "flagger/tuned": {"breach": {"p95": None}},
     }
-    found = peers.ratios(results)
+    found = peers_report.ratios(results)
     assert found["specfleet tuned / argo documented (p95)"] == 0.013
     assert found["specfleet tuned / argo tuned (p95)"] == 0.25
     assert found["specfleet tuned / flagger tuned (p95)"] is None
@@ -122,7 +125,7 @@ def test_table_has_a_row_per_controller_and_setting_then_the_ratios() -> None:
         "good": {"promoted": 3, "rolled back": 0, "held": 0},
         "outage": {"promoted": 0, "rolled back": 1, "held": 2},
     }
-    text = peers.table({"specfleet/tuned": row, "argo/tuned": row})
+    text = peers_report.table({"specfleet/tuned": row, "argo/tuned": row})
     assert (
         "| specfleet/tuned | 9.0 s / 11.0 s | 2 / 3 (1 before t0) | 0 / 3 | promoted 3 | rolled back 1, held 2 |"
         in text
@@ -145,19 +148,19 @@ def test_table_has_a_row_per_controller_and_setting_then_the_ratios() -> None:
     ],
 )
 def test_outcomes_read_from_each_controllers_status(controller: str, status: dict, expected: str) -> None:
-    fleet = peers.Fleet(controller, "tuned", "good", "g", initial="old")
-    assert peers.outcome(fleet, {"status": status}) == expected
+    fleet = peers_fleets.Fleet(controller, "tuned", "good", "g", initial="old")
+    assert peers_phases.outcome(fleet, {"status": status}) == expected
 
 
 def test_the_scale_table_puts_figures_side_by_side_with_specfleets_ratios() -> None:
     figures = {"objects": 10, "all_converged_seconds": 20.0, "cpu_seconds": 4.0, "peak_rss_mib": 100.0,
                "api_requests_per_object": 5.0, "idle_writes_per_minute": 0.0, "idle_reads_per_minute": 0.0}  # fmt: skip
     scale = {"specfleet": figures, "argo": {**figures, "all_converged_seconds": 40.0, "api_requests_per_object": 0}}
-    ratios = peers.scale_ratios(scale)
+    ratios = peers_report.scale_ratios(scale)
     assert ratios["all_converged_seconds / argo"] == 0.5 and ratios["cpu_seconds / argo"] == 1.0
     assert ratios["api_requests_per_object / argo"] is None  # no ratio over zero
     assert not any("flagger" in name for name in ratios)  # a controller not measured has no ratio
-    table = peers.scale_table(scale, nodes=4)
+    table = peers_report.scale_table(scale, nodes=4)
     assert table.splitlines()[0] == "| 10 fleets each, 4 nodes | specfleet | argo |"
     assert "| all converged after (s) | 20.0 | 40.0 |" in table
 
