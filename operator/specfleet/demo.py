@@ -25,7 +25,7 @@ from rich.console import Console
 
 from specfleet.api.crd import crd
 from specfleet.api.vocabulary import GROUP, PLURAL, VERSION
-from specfleet.cli.console import make_console
+from specfleet.console import make_console
 from specfleet.devcluster.cluster import ClusterInfo, down, status, up
 from specfleet.devcluster.paths import default_state_dir
 from specfleet.devcluster.process import signals_as_interrupts, signals_deferred, signals_ignored

@@ -27,12 +27,12 @@ from specfleet.cachedir import cache_root
 from specfleet.devcluster import images
 from specfleet.devcluster.cluster import ClusterInfo
 from specfleet.devcluster.images import OPERATOR, BaseChoice, Built, ImageBuilder, ImageError
+from specfleet.fleetpods.tiny_tokenizers import hub_snapshot, write_tokenizer
 from specfleet.preflight.job import preflight_job
 from specfleet.realvllm import install
 from specfleet.realvllm.translate import translate
 from specfleet.render import manifests
 from specfleet.render.argv import served_model_name
-from specfleet.sim.tiny_tokenizers import hub_snapshot, write_tokenizer
 
 from fleetkit import EAGLE3_K5, PLAIN, Fleet, Simulator, free_port, start_canary, wait_for
 

@@ -13,7 +13,7 @@ import pytest
 
 from specfleet.api.vocabulary import LABEL_PREFLIGHT
 from specfleet.devcluster.cluster import ClusterInfo
-from specfleet.sim.tiny_tokenizers import hub_snapshot, write_tokenizer
+from specfleet.fleetpods.tiny_tokenizers import hub_snapshot, write_tokenizer
 
 from fleetkit import PLAIN, Fleet, Operator, Simulator, sdep, wait_for
 

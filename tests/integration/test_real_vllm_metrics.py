@@ -28,8 +28,8 @@ from specfleet.realvllm.install import DEFAULT_VERSION, VllmHome
 from specfleet.realvllm.runner import LoadPlan, RealEngine
 from specfleet.realvllm.translate import translate
 from specfleet.render.manifests import deployment, revision
+from specfleet.sim import Simulator
 from specfleet.sim.scenario import load_scenario
-from specfleet.sim.server import Simulator
 
 from fleetkit import wait_for
 

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from specfleet.chartgen import GENERATED
 from specfleet.cli import app as cli_app
 from specfleet.cli import main, rollouts
-from specfleet.sim.cli import sim_command
+from specfleet.cli.sim import sim_command
 
 HEAVY = ("kubernetes", "kopf", "specfleet.api.base", "specfleet.sim", "specfleet.devcluster.cluster", "aiohttp")
 """Not pydantic itself: typer (0.29) coerces every non-flag parameter through a pydantic TypeAdapter. What costs

@@ -13,15 +13,15 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from specfleet.api.vocabulary import LABEL_NAME, LABEL_TRACK
+from specfleet.fleetpods.pods import parse_vllm_args
 from specfleet.hardware import MI325X, PRODUCT_NAME_LABEL
 from specfleet.loadtest import LoadPlan, Target, run_load_test
 from specfleet.metrics import names
 from specfleet.sim import Simulator, load_scenario, model
 from specfleet.sim.completions import CompletionError, count_prompt_tokens, parse_request
 from specfleet.sim.engine import ClientRequest, Engine, configure
-from specfleet.sim.pods import parse_vllm_args
+from specfleet.sim.routes import openai_route
 from specfleet.sim.scenario import resolve
-from specfleet.sim.server import openai_route
 
 MI325X_NODE = {PRODUCT_NAME_LABEL: "AMD_Instinct_MI325_OAM"}
 TARGET = "meta-llama/Llama-3.1-8B-Instruct"

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from specfleet.fleetpods.pods import parse_vllm_args
 from specfleet.hardware import MI300X, MI325X
 from specfleet.sim import model
 from specfleet.sim.engine import FINISH_REASONS, TIME_TO_FIRST_TOKEN_BUCKETS, Engine, Histogram, Metrics, configure
-from specfleet.sim.pods import parse_vllm_args
 from specfleet.sim.scenario import load_scenario, resolve
 
 TARGET = "meta-llama/Llama-3.1-8B-Instruct"

@@ -6,11 +6,11 @@ import random
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from specfleet.fleetpods.pods import parse_vllm_args
 from specfleet.hardware import MI355X
 from specfleet.metrics import names
 from specfleet.sim.engine import INTER_TOKEN_LATENCY_BUCKETS, Engine, configure
 from specfleet.sim.exposition import exposition
-from specfleet.sim.pods import parse_vllm_args
 from specfleet.sim.scenario import load_scenario, resolve
 
 SPEC = json.dumps({"method": "mtp", "num_speculative_tokens": 3})

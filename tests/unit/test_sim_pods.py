@@ -9,16 +9,16 @@ import pytest
 import yaml
 
 from specfleet.api.resource import SpeculativeDeployment
-from specfleet.render.argv import FINE_ITL_BUCKETS
-from specfleet.render.buckets import VLLM_BUCKET_FAMILIES
-from specfleet.render.manifests import Track, deployment, revision
-from specfleet.sim.pods import (
+from specfleet.fleetpods.pods import (
     PodArgsError,
     parse_histogram_buckets,
     parse_pod,
     parse_speculative_config,
     parse_vllm_args,
 )
+from specfleet.render.argv import FINE_ITL_BUCKETS
+from specfleet.render.buckets import VLLM_BUCKET_FAMILIES
+from specfleet.render.manifests import Track, deployment, revision
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 READY = {"type": "Ready", "status": "True"}

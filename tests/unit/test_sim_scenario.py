@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.sim.scenario import PodIdentity, ScenarioError, dump_scenario, load_scenario, resolve, scrape_fault
+from specfleet.fleetpods.pods import PodIdentity
+from specfleet.sim.scenario import ScenarioError, dump_scenario, load_scenario, resolve, scrape_fault
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sim" / "scenario.yaml"
 

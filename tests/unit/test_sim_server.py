@@ -18,9 +18,9 @@ from specfleet.cli.main import app
 from specfleet.hardware import PRODUCT_NAME_LABEL
 from specfleet.metrics import names
 from specfleet.render.manifests import Track, deployment, revision
-from specfleet.sim import model
+from specfleet.sim import Simulator, model
+from specfleet.sim.routes import ListenError, parse_listen
 from specfleet.sim.scenario import load_scenario
-from specfleet.sim.server import ListenError, Simulator, parse_listen
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "llama-8b-eagle3-mi325x.yaml"
 MI325X_NODE = {PRODUCT_NAME_LABEL: "AMD_Instinct_MI325_OAM"}

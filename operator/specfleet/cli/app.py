@@ -14,9 +14,9 @@ import typer
 from specfleet import __version__
 from specfleet.api.vocabulary import Track
 from specfleet.cli import rollouts
-from specfleet.cli.console import make_console
 from specfleet.cli.loadtest import loadtest_command
 from specfleet.cli.run import run
+from specfleet.console import make_console
 from specfleet.devcluster.cli import app as dev_app
 
 app = typer.Typer(
@@ -46,11 +46,12 @@ SIM_SUMMARY = (
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
 )
 def sim(ctx: typer.Context) -> None:
-    """Hand the arguments to `specfleet.sim.cli.sim_command`, imported only now (it loads the simulator)."""
-    from specfleet.sim.cli import sim_command
+    """Hand the arguments to the command of the engine they ask for (`specfleet.cli.sim`), imported only now
+    (it loads the engines)."""
+    from specfleet.cli.sim import engine_command
 
     single = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    single.command()(sim_command)
+    single.command()(engine_command(ctx.args))
     typer.main.get_command(single).main(args=ctx.args, prog_name=ctx.command_path)
 
 

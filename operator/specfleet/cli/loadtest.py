@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from specfleet.cli.console import make_console
+from specfleet.console import make_console
 
 LOADTEST_HELP = """Measure what users feel at low, medium and peak concurrency, before traffic moves.
 

@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from specfleet.api.vocabulary import GROUP, PLURAL, VERSION
-from specfleet.cli.console import make_console
+from specfleet.console import make_console
 
 if TYPE_CHECKING:
     from specfleet.cli.kubeapi import CustomObjectsApi

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from specfleet.cli.console import make_console
+from specfleet.console import make_console
 from specfleet.devcluster.images import BaseChoice
 from specfleet.realvllm.install import DEFAULT_VERSION
 

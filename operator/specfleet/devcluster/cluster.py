@@ -534,7 +534,7 @@ def up(
     Binaries missing from the cache are built first (many minutes the very first time).
     """
     if console is None:
-        from specfleet.cli.console import make_console
+        from specfleet.console import make_console
 
         console = make_console(stderr=True)
     layout = Layout(_state_dir(state_dir))

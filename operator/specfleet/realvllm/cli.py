@@ -10,11 +10,11 @@ import kubernetes
 import typer
 
 from specfleet.api.vocabulary import LABEL_PREFLIGHT
+from specfleet.fleetpods.kubelet import PreflightKubelet
+from specfleet.fleetpods.watch import KubePodSource
 from specfleet.realvllm.install import InstallError, ensure
 from specfleet.realvllm.models import ensure_models
 from specfleet.realvllm.runner import LoadPlan, RealEngine
-from specfleet.sim.kubelet import PreflightKubelet
-from specfleet.sim.watch import KubePodSource
 
 
 def serve_real_vllm(

@@ -1,9 +1,11 @@
 """`specfleet sim`: a stand-in for vLLM pods that cannot run here, faithful in what Prometheus sees.
 
-Pure core: `model` (the equations), `scenario` (the YAML document and its matching rules), `pods`
-(reading `vllm serve` arguments), `engine` (one engine's requests, steps and counters), `exposition`
-(vLLM's metric names, types and labels), `completions` (the OpenAI completions protocol). Shell: `server`
-(HTTP: metrics, completions, file_sd, run-time control), `watch` (Kubernetes), `cli`.
+Pure core: `model` (the equations), `scenario` (the YAML document and its matching rules), `engine` (one
+engine's requests, steps and counters), `exposition` (vLLM's metric names, types and labels), `completions`
+(the OpenAI completions protocol). Shell: `simulator` (the pods' engines, file_sd, run-time control),
+`routes` (HTTP: metrics, completions, the scenario), `streams` (completions at the engine's pace). What it
+shares with real vLLM (`specfleet.realvllm`), reading and watching pods, is in `specfleet.fleetpods`;
+`specfleet.cli.sim` is the command.
 
     from specfleet.sim import Simulator, load_scenario
     with Simulator(load_scenario(text), file_sd_dir=info.file_sd_dir, api_client=info.api_client(),
@@ -12,6 +14,6 @@ Pure core: `model` (the equations), `scenario` (the YAML document and its matchi
 """
 
 from specfleet.sim.scenario import Scenario, ScenarioError, load_scenario
-from specfleet.sim.server import Simulator
+from specfleet.sim.simulator import Simulator
 
 __all__ = ["Scenario", "ScenarioError", "Simulator", "load_scenario"]

@@ -29,9 +29,9 @@ from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
 
+from specfleet.fleetpods.pods import VllmArgs
 from specfleet.hardware import GpuProduct
 from specfleet.sim import model
-from specfleet.sim.pods import VllmArgs
 from specfleet.sim.scenario import Params
 
 INTER_TOKEN_LATENCY_BUCKETS = (

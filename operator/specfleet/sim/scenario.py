@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from specfleet.fleetpods.pods import PodIdentity
 from specfleet.sim import model
 
 NO_DRAFTER = "none"
@@ -151,18 +152,6 @@ class Scenario(BaseModel):
 def scrape_fault(scenario: Scenario, namespace: str, pod: str) -> ScrapeAnswer | None:
     """How the first fault matching `namespace/pod` breaks its scrape; None when its /metrics works."""
     return next((f.answer for f in scenario.scrape_faults if _glob(f.pod, f"{namespace}/{pod}")), None)
-
-
-@dataclass(frozen=True)
-class PodIdentity:
-    """What a scenario matches on, read from a pod."""
-
-    model: str
-    served_model_name: str
-    drafter_model: str | None
-    method: str | None
-    """None when the pod has no speculative config."""
-    track: str | None
 
 
 @dataclass(frozen=True)

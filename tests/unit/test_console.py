@@ -21,8 +21,8 @@ import yaml
 from typer.testing import CliRunner
 
 from specfleet.cli import view
-from specfleet.cli.console import PIPE_WIDTH, make_console, pipe_width
 from specfleet.cli.main import app
+from specfleet.console import PIPE_WIDTH, make_console, pipe_width
 
 COLUMNS = 57
 LONG = " ".join(f"word{i}" for i in range(40))  # 318 characters
@@ -66,7 +66,7 @@ def run(code: str, *, stdout_is_terminal: bool, stderr_is_terminal: bool = True)
     return (terminal if stdout_is_terminal else out.decode()), (terminal if stderr_is_terminal else err.decode())
 
 
-PRINT_LONG = f"from specfleet.cli.console import make_console; make_console().print({LONG!r})"
+PRINT_LONG = f"from specfleet.console import make_console; make_console().print({LONG!r})"
 
 
 def test_a_terminal_gets_lines_wrapped_at_its_width() -> None:

@@ -1,7 +1,7 @@
 """Tiny tokenizers made locally, saved as transformers saves a hub tokenizer, for the preflight to load for real.
 
 Tests make pairs that differ where a drafter can differ from its target (vocabulary size, BOS/EOS/PAD ids);
-the simulator makes one stand-in for each hub model a preflight names that its own model cache lacks.
+the preflight kubelet (`kubelet`) makes one stand-in for each hub model a preflight names that its model cache lacks.
 """
 
 import json

@@ -1,4 +1,4 @@
-"""The simulator process: per-pod engines, one loopback HTTP server, file_sd targets, runtime control.
+"""The simulator process: per-pod engines, one loopback HTTP server (`routes`), file_sd targets, runtime control.
 
     sim = Simulator(load_scenario(text), file_sd_dir=info.file_sd_dir, api_client=info.api_client(),
                     namespaces=["team-a"], seed=1).start()
@@ -6,69 +6,54 @@
     sim.set_scenario(load_scenario(other))   # or PUT <url>/scenario
     sim.stop()
 
-HTTP (all on one loopback port):
-    GET /pods/<namespace>/<pod>/metrics   the pod's vLLM metrics (503 until the pod is Ready, 404 unknown)
-    POST /pods/<namespace>/<pod>/v1/completions             OpenAI completions (streamed or not), served
-    POST /tracks/<namespace>/<sdep>/<track>/v1/completions  by the pod's engine (a track: its Ready pods in turn)
-    GET  .../v1/models                    the served model, for OpenAI clients
-    GET /scenario, PUT /scenario          the scenario document (YAML or JSON body; 400 names bad fields)
-    GET /pods                             what is simulated: matched pair, expected acceptance, step time
-    GET /healthz
-
 Simulated time is wall time: engines advance to "now" when scraped, once a second on a ticker, and
 before a scenario change (so the old knobs hold until the moment of the change). A completion request
-joins its pod's engine and its thread sleeps until each engine step that emits its tokens has ended.
+joins its pod's engine and its thread sleeps until each engine step that emits its tokens has ended
+(`streams`).
 """
 
 import json
 import logging
-import os
 import random
-import tempfile
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from ipaddress import IPv4Address
 from pathlib import Path
 from typing import Any
 
 import kubernetes
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from specfleet.api.vocabulary import LABEL_NAME
+from specfleet.fleetpods.kubelet import PreflightKubelet
+from specfleet.fleetpods.pods import PodArgsError, PodInfo, parse_pod, runs_vllm
+from specfleet.fleetpods.targets import target_group, write_atomic
+from specfleet.fleetpods.watch import KubePodSource
 from specfleet.hardware import BY_PRODUCT_NAME, MI300X, PRODUCT_NAME_LABEL, GpuProduct
-from specfleet.metrics import names
-from specfleet.metrics.names import prometheus_label
-from specfleet.render.argv import VLLM_PORT
 from specfleet.sim import completions, model
 from specfleet.sim.completions import CompletionError, CompletionRequest
-from specfleet.sim.engine import MAX_WAITING, ClientRequest, Engine, EngineConfig, configure
+from specfleet.sim.engine import MAX_WAITING, Engine, EngineConfig, configure
 from specfleet.sim.exposition import exposition
-from specfleet.sim.kubelet import PreflightKubelet
-from specfleet.sim.pods import PodArgsError, PodInfo, parse_pod, runs_vllm
-from specfleet.sim.scenario import (
-    Scenario,
-    ScenarioError,
-    ScrapeAnswer,
-    dump_scenario,
-    load_scenario,
-    resolve,
-    scrape_fault,
+from specfleet.sim.routes import (
+    DEFAULT_PORT,
+    LoopbackServer,
+    OpenAIRoute,
+    handler_for,
+    metrics_path,
+    openai_base_path,
+    parse_listen,
 )
-from specfleet.sim.watch import KubePodSource
+from specfleet.sim.scenario import Scenario, ScenarioError, ScrapeAnswer, load_scenario, resolve, scrape_fault
+from specfleet.sim.streams import CompletionStream
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PORT = 18000
 TICK_SECONDS = 1.0
 MAX_COMPLETIONS = 256
 """Completion requests served at once (each holds a thread while it streams); more are answered 503."""
-POLL_SECONDS = 0.25
-"""Longest sleep of a completion's thread between looks at its engine (it wakes at each step's end before)."""
+FALLBACK_GPU = MI300X
+"""Used for pods on nodes without a known `amd.com/gpu.product-name` label."""
 FALLBACK_GPU = MI300X
 """Used for pods on nodes without a known `amd.com/gpu.product-name` label."""
 SCRAPE_FAULT_ANSWERS: dict[ScrapeAnswer, tuple[HTTPStatus, bytes]] = {
@@ -80,95 +65,6 @@ SCRAPE_FAULT_ANSWERS: dict[ScrapeAnswer, tuple[HTTPStatus, bytes]] = {
 }
 """What a broken exporter answers: an error status, or a 200 whose body (a proxy's error page) Prometheus
 cannot parse. Either way the scrape fails and `up` is 0 for the target."""
-PEER_TARGET_LABELS = ("app", "rollouts-pod-template-hash")
-"""Pod labels kept as target labels besides specfleet's, so other controllers' PromQL can tell canary from
-stable: Argo Rollouts' `rollouts-pod-template-hash` (canary and stable ReplicaSets differ in it), and the
-`app` label that Flagger's kubernetes provider sets to `<target>` on canary pods and `<target>-primary`
-on primary pods. A PodMonitor with these `podTargetLabels` gives the same labels."""
-
-
-class ListenError(ValueError):
-    """The listen address is not a loopback address."""
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """`127.0.0.1:18000` -> (host, port); only IPv4 loopback is accepted (`localhost` means 127.0.0.1).
-
-    Port 0 lets the OS choose; `Simulator.url` tells which it chose.
-    """
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise ListenError(f"{text!r} is not HOST:PORT")
-    host = "127.0.0.1" if host == "localhost" else host
-    try:
-        loopback = IPv4Address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
-        raise ListenError(f"{host!r} is not an IPv4 loopback address; the simulator only listens on loopback")
-    return host, int(port)
-
-
-def metrics_path(namespace: str, pod: str) -> str:
-    return f"/pods/{namespace}/{pod}/metrics"
-
-
-def openai_base_path(namespace: str, pod: str) -> str:
-    """An OpenAI client's base URL path for one pod (it appends `/v1/completions`, `/v1/models`)."""
-    return f"/pods/{namespace}/{pod}"
-
-
-@dataclass(frozen=True)
-class OpenAIRoute:
-    """Who answers an OpenAI request: one pod, or the Ready pods of one track of a SpeculativeDeployment."""
-
-    namespace: str
-    endpoint: str
-    """`completions` or `models`."""
-    pod: str | None = None
-    sdep: str | None = None
-    track: str | None = None
-
-
-def openai_route(path: str) -> OpenAIRoute | None:
-    """`/pods/<ns>/<pod>/v1/<endpoint>` or `/tracks/<ns>/<sdep>/<track>/v1/<endpoint>`, else None."""
-    parts = path.strip("/").split("/")
-    if len(parts) == 5 and parts[0] == "pods" and parts[3] == "v1" and parts[4] in {"completions", "models"}:
-        return OpenAIRoute(namespace=parts[1], pod=parts[2], endpoint=parts[4])
-    if len(parts) == 6 and parts[0] == "tracks" and parts[4] == "v1" and parts[5] in {"completions", "models"}:
-        return OpenAIRoute(namespace=parts[1], sdep=parts[2], track=parts[3], endpoint=parts[5])
-    return None
-
-
-def target_group(pod: PodInfo, address: str, path: str | None = None) -> dict[str, Any]:
-    """A file_sd target group for one pod, with the labels a PodMonitor with podTargetLabels gives.
-
-    `path` defaults to the pod's path on the simulator; a real vLLM server serves `/metrics`.
-    """
-    labels = {
-        "__metrics_path__": path or metrics_path(pod.namespace, pod.name),
-        names.NAMESPACE: pod.namespace,
-        names.POD: pod.name,
-        "container": "vllm",
-        "endpoint": "http",
-        "instance": f"{pod.pod_ip}:{VLLM_PORT}" if pod.pod_ip else pod.name,
-    }
-    for label in (*names.POD_TARGET_LABELS, *PEER_TARGET_LABELS):
-        if label in pod.labels:
-            labels[prometheus_label(label)] = pod.labels[label]
-    return {"targets": [address], "labels": labels}
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file and rename, so Prometheus never reads half a file."""
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        Path(temporary).replace(path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def gpu_of(node_labels: dict[str, str]) -> GpuProduct:
@@ -214,9 +110,9 @@ class Simulator:
         self._scenario = scenario
         self._scenario_stamp = self._file_stamp()
         self._pods: dict[str, SimulatedPod] = {}
-        self._lock = threading.RLock()
-        self._stop = threading.Event()
-        self._server: ThreadingHTTPServer | None = None
+        self.lock = threading.RLock()
+        self.stopping = threading.Event()
+        self._server: LoopbackServer | None = None
         self._source = (
             KubePodSource(api_client, namespaces, self, label_selector=None) if api_client is not None else None
         )
@@ -232,7 +128,7 @@ class Simulator:
 
     def start(self) -> "Simulator":
         """Bind the HTTP server, start serving, the ticker and the pod watch. Returns self."""
-        self._server = _Server(self.listen, _handler(self))
+        self._server = LoopbackServer(self.listen, handler_for(self))
         threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, name="sim-http", daemon=True
         ).start()
@@ -245,7 +141,7 @@ class Simulator:
 
     def stop(self) -> None:
         """Stop serving and remove this simulator's file_sd file (Prometheus drops the targets)."""
-        self._stop.set()
+        self.stopping.set()
         if self._source is not None:
             self._source.stop()
         if self._kubelet is not None:
@@ -253,7 +149,7 @@ class Simulator:
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
-        with self._lock:  # after _stop is set, so no target write can follow the unlink
+        with self.lock:  # after stopping is set, so no target write can follow the unlink
             if self.targets_file is not None:
                 self.targets_file.unlink(missing_ok=True)
 
@@ -289,7 +185,7 @@ class Simulator:
 
     def set_scenario(self, scenario: Scenario) -> None:
         """Replace the whole document: engines run to now on the old knobs, then continue on the new ones."""
-        with self._lock:
+        with self.lock:
             now = self.clock()
             self._scenario = scenario
             for pod in self._pods.values():
@@ -308,7 +204,7 @@ class Simulator:
 
     def reload_scenario_file(self) -> bool:
         """Take the scenario file if it changed since last read and is valid (the ticker calls this every second)."""
-        with self._lock:
+        with self.lock:
             stamp = self._file_stamp()
             if stamp is None or stamp == self._scenario_stamp or self.scenario_file is None or stamp[1] == 0:
                 return False  # unchanged, gone, or truncated by an editor about to write it
@@ -337,7 +233,7 @@ class Simulator:
             metadata = pod.get("metadata") or {}
             log.warning("not simulating %s/%s: %s", metadata.get("namespace"), metadata.get("name"), error)
             return
-        with self._lock:
+        with self.lock:
             if not info.running:
                 if self._pods.pop(info.key, None) is not None:
                     log.info("pod %s stopped running", info.key)
@@ -356,7 +252,7 @@ class Simulator:
             self._write_targets()
 
     def remove_pod(self, namespace: str, name: str) -> None:
-        with self._lock:
+        with self.lock:
             if self._pods.pop(f"{namespace}/{name}", None) is not None:
                 log.info("pod %s/%s gone", namespace, name)
             self._write_targets()
@@ -364,7 +260,7 @@ class Simulator:
     def replace_pods(self, namespace: str | None, pods: list[tuple[dict[str, Any], dict[str, str]]]) -> None:
         """A fresh listing of one namespace (None: all): forget the pods it no longer has."""
         listed = {"{namespace}/{name}".format(**(pod.get("metadata") or {})) for pod, _ in pods}
-        with self._lock:
+        with self.lock:
             for key, known in list(self._pods.items()):
                 if (namespace is None or known.info.namespace == namespace) and key not in listed:
                     del self._pods[key]
@@ -381,7 +277,7 @@ class Simulator:
     def metrics(self, namespace: str, name: str) -> tuple[HTTPStatus, bytes]:
         """The pod's exposition, advanced to now; 404 for an unknown pod, 503 before it is Ready, and what the
         scenario's `scrape_faults` say for a pod whose endpoint is broken (its engine still advances)."""
-        with self._lock:
+        with self.lock:
             pod = self._pods.get(f"{namespace}/{name}")
             if pod is None:
                 return HTTPStatus.NOT_FOUND, b"no such simulated pod\n"
@@ -430,11 +326,11 @@ class Simulator:
 
     def models(self, route: OpenAIRoute) -> dict[str, Any]:
         """`GET .../v1/models`: the model the route's pod serves. CompletionError (404, 503) as for completions."""
-        with self._lock:
+        with self.lock:
             pod = self._serving_pod(route)
             return completions.models(pod.info.args.served_model_name, int(pod.created))
 
-    def open_completion(self, route: OpenAIRoute, request: CompletionRequest) -> "CompletionStream":
+    def open_completion(self, route: OpenAIRoute, request: CompletionRequest) -> CompletionStream:
         """Submit a completion to the serving pod's engine; CompletionError says why not (404, 400, 503).
 
         The caller must `close()` the stream (it aborts an unfinished request and frees its slot).
@@ -443,7 +339,7 @@ class Simulator:
             busy = f"the simulator serves at most {self.max_completions} completions at once"
             raise CompletionError(HTTPStatus.SERVICE_UNAVAILABLE, busy)
         try:
-            with self._lock:
+            with self.lock:
                 pod = self._serving_pod(route)
                 args = pod.info.args
                 completions.check_model(request, (args.served_model_name, args.model))
@@ -457,11 +353,20 @@ class Simulator:
         except BaseException:
             self._completion_slots.release()
             raise
-        return CompletionStream(self, pod, engine, client, request)
+        return CompletionStream(self, pod.info, engine, client, request)
+
+    def serves(self, key: str, engine: Engine) -> bool:
+        """Whether `engine` still runs the pod `key` (a completion stream asks, with the lock)."""
+        pod = self._pods.get(key)
+        return pod is not None and pod.engine is engine
+
+    def release_completion(self) -> None:
+        """Free the slot `open_completion` took for a stream that is closed."""
+        self._completion_slots.release()
 
     def describe(self) -> list[dict[str, Any]]:
         """What `GET /pods` shows: each pod, the pair it matched, and what the model predicts for it."""
-        with self._lock:
+        with self.lock:
             return [self._describe(pod) for pod in self._pods.values()]
 
     def _describe(self, pod: SimulatedPod) -> dict[str, Any]:
@@ -501,199 +406,23 @@ class Simulator:
     def _write_targets(self) -> None:
         """Rewrite the file_sd file when the set of targets changed."""
         path = self.targets_file
-        if path is None or self._stop.is_set():
+        if path is None or self.stopping.is_set():
             return
-        with self._lock:
-            groups = [target_group(pod.info, self.address) for pod in self._pods.values()]
+        with self.lock:
+            groups = [
+                target_group(pod.info, self.address, metrics_path(pod.info.namespace, pod.info.name))
+                for pod in self._pods.values()
+            ]
             text = json.dumps(sorted(groups, key=lambda g: g["labels"]["__metrics_path__"]), indent=1)
             if text != self._written:
                 write_atomic(path, text)
                 self._written = text
 
     def _tick(self) -> None:
-        while not self._stop.wait(TICK_SECONDS):
+        while not self.stopping.wait(TICK_SECONDS):
             self.reload_scenario_file()
-            with self._lock:
+            with self.lock:
                 now = self.clock()
                 for pod in self._pods.values():
                     if pod.engine is not None:
                         pod.engine.advance_to(now)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 128
-    """Listen backlog: a load test opens a connection per completion, tens at once (the default 5 drops SYNs,
-    and the client's TCP retransmits them a second later)."""
-
-
-class CompletionStream:
-    """One client request in a pod's engine, given back at the pace the engine emits its tokens.
-
-    Simulated time is wall time, so the thread that follows the request sleeps until the end of each engine
-    step and then hands over what that step emitted: one chunk per step, as vLLM streams.
-    """
-
-    def __init__(
-        self, sim: Simulator, pod: SimulatedPod, engine: Engine, client: ClientRequest, request: CompletionRequest
-    ) -> None:
-        self._sim, self._pod, self._engine, self._client, self._request = sim, pod, engine, client, request
-        self._closed = False
-        self.id = f"cmpl-{uuid.uuid4().hex}"
-        self.created = int(time.time())
-        self.model = pod.info.args.served_model_name
-
-    def steps(self) -> Iterator[tuple[int, str | None]]:
-        """(tokens, finish reason on the last) per engine step that emitted tokens for the request, at its end.
-
-        Raises CompletionError when the request fails in the engine (the scenario's `error_rate`), the pod
-        goes away, or the simulator stops.
-        """
-        sim, client, sent = self._sim, self._client, 0
-        while True:
-            with sim._lock:
-                if sim._pods.get(self._pod.info.key) is not self._pod or self._pod.engine is not self._engine:
-                    raise CompletionError(HTTPStatus.SERVICE_UNAVAILABLE, f"pod {self._pod.info.key} went away")
-                now = sim.clock()
-                self._engine.advance_to(now)
-                emitted, sent = client.tokens[sent:], len(client.tokens)
-                finish, wake = client.finish_reason, self._engine.next_step_end
-            for index, (_, count) in enumerate(emitted):
-                yield count, finish if finish != "error" and index == len(emitted) - 1 else None
-            if finish == "error":
-                raise CompletionError(HTTPStatus.INTERNAL_SERVER_ERROR, "the request failed in the engine")
-            if finish is not None:
-                return
-            delay = POLL_SECONDS if wake is None else min(POLL_SECONDS, max(0.0, wake - now))
-            if sim._stop.wait(delay):
-                raise CompletionError(HTTPStatus.SERVICE_UNAVAILABLE, "the simulator is stopping")
-
-    def events(self) -> Iterator[bytes]:
-        """The streamed answer: a chunk per step, the usage chunk if asked for, `[DONE]`; an error event on failure."""
-        generated = 0
-        try:
-            for count, finish in self.steps():
-                text = completions.token_text(generated, count)
-                generated += count
-                yield completions.event(completions.chunk(self.id, self.created, self.model, text, finish))
-            if self._request.include_usage:
-                usage = completions.usage_chunk(
-                    self.id, self.created, self.model, self._client.prompt_tokens, generated
-                )
-                yield completions.event(usage)
-        except CompletionError as error:
-            yield completions.event(error.body())
-        yield completions.DONE
-
-    def response(self) -> dict[str, Any]:
-        """The whole answer once the request finished (CompletionError if it failed)."""
-        generated, finish = 0, None
-        for count, reason in self.steps():
-            generated, finish = generated + count, reason or finish
-        return completions.completion(
-            self.id,
-            self.created,
-            self.model,
-            completions.token_text(0, generated),
-            finish or "length",
-            self._client.prompt_tokens,
-            generated,
-        )
-
-    def close(self) -> None:
-        """Abort the request if it has not finished (the client went away), and free its slot. Idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        with self._sim._lock:
-            self._engine.abort(self._client)
-        self._sim._completion_slots.release()
-
-
-def _handler(sim: Simulator) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        server_version = "specfleet-sim"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("%s " + format, self.address_string(), *args)
-
-        def _send(self, status: HTTPStatus, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def _send_json(self, status: HTTPStatus, document: Any) -> None:
-            self._send(status, json.dumps(document).encode(), "application/json")
-
-        def _models(self, route: OpenAIRoute) -> None:
-            try:
-                self._send_json(HTTPStatus.OK, sim.models(route))
-            except CompletionError as error:
-                self._send_json(error.status, error.body())
-
-        def do_POST(self) -> None:
-            route = openai_route(self.path.split("?", 1)[0])
-            if route is None or route.endpoint != "completions":
-                self._send(HTTPStatus.NOT_FOUND, b"not found\n")
-                return
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            try:
-                request = completions.parse_request(body)
-                stream = sim.open_completion(route, request)
-            except CompletionError as error:
-                self._send_json(error.status, error.body())
-                return
-            try:
-                if request.stream:
-                    self.send_response(HTTPStatus.OK)
-                    self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-                    self.send_header("Cache-Control", "no-cache")
-                    self.end_headers()  # HTTP/1.0 without a length: the body ends when the connection closes
-                    self.close_connection = True
-                    for event in stream.events():
-                        self.wfile.write(event)
-                else:
-                    try:
-                        answer = stream.response()
-                    except CompletionError as error:
-                        self._send_json(error.status, error.body())
-                    else:
-                        self._send_json(HTTPStatus.OK, answer)
-            except (BrokenPipeError, ConnectionResetError):
-                log.debug("client of %s went away", stream.id)
-            finally:
-                stream.close()
-
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            parts = path.strip("/").split("/")
-            if path == "/healthz":
-                self._send(HTTPStatus.OK, b"ok\n")
-            elif path == "/scenario":
-                self._send(HTTPStatus.OK, dump_scenario(sim.scenario).encode(), "application/yaml")
-            elif path == "/pods":
-                self._send(HTTPStatus.OK, json.dumps(sim.describe(), indent=1).encode(), "application/json")
-            elif (route := openai_route(path)) is not None and route.endpoint == "models":
-                self._models(route)
-            elif len(parts) == 4 and parts[0] == "pods" and parts[3] == "metrics":
-                status, body = sim.metrics(parts[1], parts[2])
-                self._send(status, body, CONTENT_TYPE_PLAIN_0_0_4 if status is HTTPStatus.OK else "text/plain")
-            else:
-                self._send(HTTPStatus.NOT_FOUND, b"not found\n")
-
-        def do_PUT(self) -> None:
-            if self.path.split("?", 1)[0] != "/scenario":
-                self._send(HTTPStatus.NOT_FOUND, b"not found\n")
-                return
-            length = int(self.headers.get("Content-Length") or 0)
-            try:
-                scenario = load_scenario(self.rfile.read(length).decode())
-            except (ScenarioError, UnicodeDecodeError) as error:
-                self._send(HTTPStatus.BAD_REQUEST, f"{error}\n".encode())
-                return
-            sim.set_scenario(scenario)
-            self._send(HTTPStatus.OK, dump_scenario(scenario).encode(), "application/yaml")
-
-    return Handler

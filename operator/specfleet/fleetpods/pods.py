@@ -1,4 +1,5 @@
-"""What the simulator reads from a pod: the `vllm serve` arguments, labels, node and readiness. Pure.
+"""What the dev engines (the simulator, real vLLM) read from a pod: the `vllm serve` arguments, labels, node
+and readiness. Pure.
 
 Pods come as the JSON the API server returns (camelCase keys), so the same code reads a watched pod and
 a pod template rendered by `specfleet.render.manifests`.
@@ -12,7 +13,6 @@ from typing import Any
 from specfleet.api.vocabulary import LABEL_TRACK
 from specfleet.render.argv import ITL_BUCKETS_FLAG
 from specfleet.render.buckets import BucketsError, check_histogram_buckets
-from specfleet.sim.scenario import PodIdentity
 
 DEFAULT_MAX_NUM_SEQS = 256
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
@@ -21,6 +21,18 @@ SUFFIX_DEFAULT_DEPTH = 24
 """vLLM sets k to suffix_decoding_max_tree_depth (24) when a suffix config gives none."""
 BUCKET_FAMILIES = ("inter_token_latency", "time_to_first_token", "request_latency")
 """The `--custom-histogram-buckets` families of the histograms the simulator exposes."""
+
+
+@dataclass(frozen=True)
+class PodIdentity:
+    """What a scenario matches on, read from a pod."""
+
+    model: str
+    served_model_name: str
+    drafter_model: str | None
+    method: str | None
+    """None when the pod has no speculative config."""
+    track: str | None
 
 
 class PodArgsError(ValueError):
@@ -70,7 +82,7 @@ class VllmArgs:
 
 @dataclass(frozen=True)
 class PodInfo:
-    """One pod as the simulator needs it."""
+    """One pod as the engines need it."""
 
     namespace: str
     name: str

@@ -1,4 +1,4 @@
-"""Plays the kubelet for the pods the simulator runs for real: preflight Job pods (docs/simulator.md).
+"""Plays the kubelet for the pods the dev engines run for real: preflight Job pods (docs/simulator.md).
 
 kwok makes every pod on its fake nodes Running, and its pod-complete stage would mark a Job's pod Succeeded
 at once (the dev cluster keeps that stage off these pods): a preflight's verdict would be made up. Instead,
@@ -27,7 +27,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from specfleet.api.vocabulary import LABEL_PREFLIGHT
-from specfleet.sim.tiny_tokenizers import has_snapshot, hub_snapshot, write_tokenizer
+from specfleet.fleetpods.tiny_tokenizers import has_snapshot, hub_snapshot, write_tokenizer
 
 log = logging.getLogger(__name__)
 
