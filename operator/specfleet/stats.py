@@ -3,8 +3,8 @@
 The judge looks at a live canary again and again, on evidence that grows from the start of its step. Its
 bounds are a *confidence sequence* (`sequence_z`): they hold at every amount of evidence at once, so looking
 as often as one likes never raises the chance of a wrong verdict, and they narrow as evidence grows
-(Howard, Ramdas, McAuliffe, Sekhon 2021). `look_error` is the older construction, a union bound over looks
-(look n spends error / (n (n + 1))): it still bounds the trailing-window check that catches a canary turning
+(Howard, Ramdas, McAuliffe, Sekhon 2021). `look_budget` is the older construction, a union bound over looks
+(look n spends budget / (n (n + 1))): it still bounds the trailing-window check that catches a canary turning
 bad late in a long step, where the evidence does not accumulate.
 """
 
@@ -19,34 +19,34 @@ SEQUENCE_SAMPLES = 100.0
 (a canary judged on one to a few thousand requests) and widen only logarithmically beyond."""
 
 
-def look_error(error: float, look: int) -> float:
-    """The false-failure probability spent at look `look` (1-based): all looks together spend `error`."""
-    return error / (look * (look + 1))
+def look_budget(budget: float, look: int) -> float:
+    """The false-failure probability spent at look `look` (1-based): all looks together spend `budget`."""
+    return budget / (look * (look + 1))
 
 
-def sequence_z(samples: float, error: float) -> float:
+def sequence_z(samples: float, budget: float) -> float:
     """How many standard errors from its estimate a one-sided bound lies after `samples` samples, so that it
-    is crossed with probability at most `error` at *any* sample count, however often it is looked at.
+    is crossed with probability at most `budget` at *any* sample count, however often it is looked at.
 
     The one-sided normal-mixture boundary of Howard et al. (2021, eq. 14) on a standardised sum, with its
-    mixture variance set at SEQUENCE_SAMPLES samples: sqrt(2 (1 + 1/u) log(sqrt(1 + u) / (2 error) + 1)) with
+    mixture variance set at SEQUENCE_SAMPLES samples: sqrt(2 (1 + 1/u) log(sqrt(1 + u) / (2 budget) + 1)) with
     u = samples / SEQUENCE_SAMPLES. With the standard error estimated from the data it is the asymptotic
-    confidence sequence of Waudby-Smith et al. (2021). About 4.2 at 1,000 samples for error 0.0006, where a
+    confidence sequence of Waudby-Smith et al. (2021). About 4.2 at 1,000 samples for a budget of 0.0006, where a
     bound for one fixed look would use 3.2: the price of looking at will.
     """
     u = max(samples, 1e-9) / SEQUENCE_SAMPLES
-    return math.sqrt(2 * (1 + 1 / u) * math.log(math.sqrt(1 + u) / (2 * error) + 1))
+    return math.sqrt(2 * (1 + 1 / u) * math.log(math.sqrt(1 + u) / (2 * budget) + 1))
 
 
-def z_score(error: float) -> float:
-    """One-sided normal quantile: P(Z > z) = error."""
-    return _NORMAL.inv_cdf(1 - error)
+def z_score(tail: float) -> float:
+    """One-sided normal quantile: P(Z > z) = tail."""
+    return _NORMAL.inv_cdf(1 - tail)
 
 
-def t_score(error: float, df: float) -> float:
-    """One-sided Student t quantile, P(T > t) = error, by the Cornish-Fisher expansion around the normal's
+def t_score(tail: float, df: float) -> float:
+    """One-sided Student t quantile, P(T > t) = tail, by the Cornish-Fisher expansion around the normal's
     (within 1% of the exact value from 4 degrees of freedom at 99%)."""
-    z = z_score(error)
+    z = z_score(tail)
     return (
         z
         + (z**3 + z) / (4 * df)

@@ -9,7 +9,7 @@ from specfleet.render.argv import FINE_ITL_BUCKETS
 from specfleet.stats import (
     Binned,
     common_bounds,
-    look_error,
+    look_budget,
     quantile_bounds,
     requests_to_bound,
     sequence_z,
@@ -24,7 +24,7 @@ def binned(samples: list[float], bounds: tuple[float, ...] = tuple(FINE_ITL_BUCK
 
 
 def test_looks_spend_at_most_the_budget_however_many_there_are() -> None:
-    spent = sum(look_error(0.01, n) for n in range(1, 100_001))
+    spent = sum(look_budget(0.01, n) for n in range(1, 100_001))
     assert spent < 0.01
     assert spent == pytest.approx(0.01, rel=1e-4)
 
