@@ -2,7 +2,7 @@
 
 `progress_canary` is a pipeline of transitions (Argo Rollouts' reconcile steps, as values): each takes
 the pass and returns the next one; the first that makes the canary's move for this pass (ends it,
-pauses it, or waits) marks it `decided` and the rest are skipped.
+pauses it, or waits) returns it as `Decided`, and the rest are skipped.
 """
 
 from collections.abc import Callable
@@ -14,10 +14,10 @@ from specfleet.api.status import Analysis, Outcome, Phase, PreflightStatus, Verd
 from specfleet.api.vocabulary import PROMOTE_FULL, Command, ConditionType
 from specfleet.render.manifests import canary_replicas
 from specfleet.rollout.lifecycle import FRESH_EVIDENCE, abort, fail_canary, promote, step_label
-from specfleet.rollout.state import Pass
+from specfleet.rollout.state import Decided, Pass
 from specfleet.rollout.types import PreflightState, TrackObservation
 
-Transition = Callable[[Pass], Pass]
+Transition = Callable[[Pass], Pass | Decided]
 
 CRASHED = "CanaryCrashed"
 """The cause of a pause for crashes (condition reason `CanaryCrashedPaused`)."""
@@ -63,9 +63,10 @@ def progress_canary(p: Pass) -> Pass:
         _end_step,
     )
     for transition in pipeline:
-        p = transition(p)
-        if p.decided:
-            break
+        moved = transition(p)
+        if isinstance(moved, Decided):
+            return moved.p
+        p = moved
     return p
 
 
@@ -82,10 +83,10 @@ def _clamp_step(p: Pass) -> Pass:
     )
 
 
-def _abort_if_asked(p: Pass) -> Pass:
+def _abort_if_asked(p: Pass) -> Pass | Decided:
     if not p.applies(Command.ABORT):
         return p
-    return abort(p.acknowledging(Command.ABORT), Outcome.ABORTED, "aborted by the user")
+    return Decided(abort(p.acknowledging(Command.ABORT), Outcome.ABORTED, "aborted by the user"))
 
 
 def needs_preflight(p: Pass, spec: SpeculativeDeploymentSpec) -> bool:
@@ -97,7 +98,7 @@ def needs_preflight(p: Pass, spec: SpeculativeDeploymentSpec) -> bool:
     return drafter.model is not None and (drafter.model, drafter.revision) != serving_now
 
 
-def _preflight(p: Pass) -> Pass:
+def _preflight(p: Pass) -> Pass | Decided:
     """A new drafter is checked by a preflight Job before its canary gets pods or traffic: wait for its
     verdict (within the progress deadline); a failed check aborts the canary, which never served."""
     revision, now = p.status.canary_revision, p.obs.now
@@ -115,19 +116,19 @@ def _preflight(p: Pass) -> Pass:
         return p.with_event("PreflightPassed", f"canary {revision}: {message or 'drafter checked'}")
     if state is PreflightState.FAILED:
         p = p.with_event("PreflightFailed", f"canary {revision}: {message}", warning=True)
-        return abort(p, Outcome.ABORTED, f"preflight failed: {message}")
+        return Decided(abort(p, Outcome.ABORTED, f"preflight failed: {message}"))
     started = p.status.step_started_at or now
     deadline = started + parse_duration(p.spec.rollout.progress_deadline)
     if now >= deadline:
-        return abort(p, Outcome.ABORTED, f"preflight not done within {p.spec.rollout.progress_deadline}")
-    return (
-        p.but(preflight_wanted=True, canary_traffic=False, decided=True)
+        return Decided(abort(p, Outcome.ABORTED, f"preflight not done within {p.spec.rollout.progress_deadline}"))
+    return Decided(
+        p.but(preflight_wanted=True, canary_traffic=False)
         .in_phase(Phase.PROGRESSING, True, "Preflight", f"checking the drafter of canary {revision} (preflight Job)")
         .waking_at(deadline)
     )
 
 
-def _fail_on_crashes(p: Pass) -> Pass:
+def _fail_on_crashes(p: Pass) -> Pass | Decided:
     """A canary container OOM-killed, or the canary's restarts over `guardrails.maxCanaryRestarts`: roll
     back, or pause for a human when autoRollback is off (a promote then accepts the crashes seen so far).
 
@@ -143,7 +144,7 @@ def _fail_on_crashes(p: Pass) -> Pass:
     canary, status = p.obs.canary, p.status
     if _paused_by(p, CRASHED):
         if not p.applies(Command.PROMOTE):
-            return p.but(canary_traffic=False, decided=True)
+            return Decided(p.but(canary_traffic=False))
         accepted = canary.restarts if canary.revision == status.canary_revision else 0
         return p.with_status(canary_restarts_accepted=accepted)  # the promote itself is _end_step's
     if canary.revision != status.canary_revision or not canary.crashes:
@@ -151,7 +152,7 @@ def _fail_on_crashes(p: Pass) -> Pass:
     reason = crash_reason(p, canary, status.canary_restarts_accepted)
     if not reason:
         return p
-    return fail_canary(p, FallbackAction.ROLLBACK, f"guardrail failed: {reason}", against=True, cause=CRASHED)
+    return Decided(fail_canary(p, FallbackAction.ROLLBACK, f"guardrail failed: {reason}", against=True, cause=CRASHED))
 
 
 def crash_reason(p: Pass, track: TrackObservation, accepted: int | None = None, what: str = "canary") -> str:
@@ -176,7 +177,7 @@ def _wanted(p: Pass) -> int:
     return canary_replicas(p.spec.main_replicas, p.spec.rollout.steps[p.status.current_step or 0].weight)
 
 
-def _wait_for_canary(p: Pass) -> Pass:
+def _wait_for_canary(p: Pass) -> Pass | Decided:
     """The step's canary replicas are not all Ready: wait, within the progress deadline.
 
     The deadline bounds the step's total not-Ready time: time the canary was Ready pushes it back, so a
@@ -197,14 +198,13 @@ def _wait_for_canary(p: Pass) -> Pass:
     if obs.now >= deadline:
         detail = f": {obs.canary.unschedulable}" if obs.canary.unschedulable else ""
         reason = f"ProgressDeadlineExceeded: canary not Ready within {spec.rollout.progress_deadline}{detail}"
-        return abort(p, Outcome.ABORTED, reason)
+        return Decided(abort(p, Outcome.ABORTED, reason))
     served = status.canary_weight > 0  # the canary was serving before this pass: it keeps its Ready pods
     waiting = obs.canary.unschedulable or f"{obs.canary.ready}/{wanted} canary replicas ready"
-    return (
+    return Decided(
         p.but(canary_traffic=served and obs.canary.revision == status.canary_revision and obs.canary.ready > 0)
         .in_phase(Phase.PROGRESSING, True, "CanaryStarting", waiting)
         .waking_at(deadline)
-        .but(decided=True)
     )
 
 
@@ -214,19 +214,20 @@ def _serve(p: Pass) -> Pass:
     return p.with_status(step_ready_at=p.obs.now, evidence_since=p.obs.now) if p.status.step_ready_at is None else p
 
 
-def _end_step(p: Pass) -> Pass:
+def _end_step(p: Pass) -> Pass | Decided:
     """A promote for this canary, or the step's pause over with its analyses passed: next step, or promote."""
     given = p.pending(Command.PROMOTE) if p.applies(Command.PROMOTE) else None
     if given is not None:
         p = p.acknowledging(Command.PROMOTE)
         if PROMOTE_FULL in given.split("@")[0].split():
-            return promote(p, "promoted by the user (full)")
+            return Decided(promote(p, "promoted by the user (full)"))
     else:
-        p = _hold_step(p)
-        if p.decided:
-            return p
+        held = _hold_step(p)
+        if isinstance(held, Decided):
+            return held
+        p = held
     if p.measuring:  # an experiment's candidate is measured over its first step, then leaves
-        return p.but(measured=True, decided=True)
+        return Decided(p.but(measured=True))
     step_index = p.status.current_step
     assert step_index is not None
     if step_index < len(p.spec.rollout.steps) - 1:
@@ -240,10 +241,10 @@ def _end_step(p: Pass) -> Pass:
         p = p.with_event("StepAdvanced", f"canary {p.status.canary_revision} to {step_label(p)}")
         return p.in_phase(Phase.PROGRESSING, True, "CanaryStep", step_label(p))
     if given is not None:
-        return promote(p, "promoted by the user")
+        return Decided(promote(p, "promoted by the user"))
     if p.obs.guarded:
-        return promote(p, "all steps passed")
-    return promote(p, "all steps' pauses elapsed, unguarded (no Prometheus: no analysis)")
+        return Decided(promote(p, "all steps passed"))
+    return Decided(promote(p, "all steps' pauses elapsed, unguarded (no Prometheus: no analysis)"))
 
 
 def _no_baseline(p: Pass) -> bool:
@@ -252,12 +253,12 @@ def _no_baseline(p: Pass) -> bool:
     return p.obs.stable.ready == 0 or (p.obs.routed and step.weight >= 100)
 
 
-def _hold_step(p: Pass) -> Pass:
-    """Wait (decided) unless the step's pause is over and its analyses passed; phase and wake-ups say why."""
+def _hold_step(p: Pass) -> Pass | Decided:
+    """Wait (`Decided`) unless the step's pause is over and its analyses passed; phase and wake-ups say why."""
     step = p.spec.rollout.steps[p.status.current_step or 0]
     label, now = step_label(p), p.obs.now
     if step.pause is not None and step.pause.duration is None:
-        return p.in_phase(Phase.PAUSED, True, "ManualGate", f"{label}: waiting for promote").but(decided=True)
+        return Decided(p.in_phase(Phase.PAUSED, True, "ManualGate", f"{label}: waiting for promote"))
     pause = parse_duration(step.pause.duration) if step.pause and step.pause.duration else timedelta(0)
     if p.measuring:  # a candidate is measured over a whole analysis window
         pause = max(pause, parse_duration(p.spec.rollout.analysis.window))
@@ -270,16 +271,12 @@ def _hold_step(p: Pass) -> Pass:
             "absolute guardrails are still judged (a failure rolls back) and onNoData does not act; "
             "promote or abort with kubectl specfleet"
         )
-        return p.in_phase(Phase.PAUSED, True, "NoBaseline", message).but(decided=True)
+        return Decided(p.in_phase(Phase.PAUSED, True, "NoBaseline", message))
     if now < ends:
-        return (
-            p.in_phase(Phase.PROGRESSING, True, "CanaryStep", f"{label}: waiting for pause")
-            .waking_at(ends)
-            .but(decided=True)
-        )
+        return Decided(p.in_phase(Phase.PROGRESSING, True, "CanaryStep", f"{label}: waiting for pause").waking_at(ends))
     if not passed:
         message = f"{label}: waiting for a passing analysis"
-        return p.in_phase(Phase.PROGRESSING, True, "CanaryStep", message).but(decided=True)
+        return Decided(p.in_phase(Phase.PROGRESSING, True, "CanaryStep", message))
     return p
 
 
@@ -304,13 +301,13 @@ def _analysis_passed_this_step(p: Pass) -> bool:
     return last.time - span >= started and span >= needed
 
 
-def _judge(p: Pass) -> Pass:
+def _judge(p: Pass) -> Pass | Decided:
     """Ask for an analysis when one is due, or take in a fresh one and act on it (a failure ends the canary)."""
     if not p.obs.guarded:
         return p
     if _paused_after_failure(p):
         last = p.status.last_analysis
-        return p.but(canary_traffic=last is None or last.verdict is not Verdict.FAIL, decided=True)
+        return Decided(p.but(canary_traffic=last is None or last.verdict is not Verdict.FAIL))
     analysis = p.obs.analysis
     if analysis is None or analysis.revision != p.status.canary_revision:
         return _ask_for_analysis(p)
@@ -335,7 +332,7 @@ def _ask_for_analysis(p: Pass) -> Pass:
     return p.but(analysis_due=p.obs.now >= due).waking_at(max(due, p.obs.now))
 
 
-def _count_failure(p: Pass, analysis: Analysis) -> Pass:
+def _count_failure(p: Pass, analysis: Analysis) -> Pass | Decided:
     """One more failed analysis; over the failure limit the canary is rolled back (or paused)."""
     failures = p.status.failed_analyses + 1
     # the next failure must stand on evidence gathered after this one, so failures are independent
@@ -343,11 +340,11 @@ def _count_failure(p: Pass, analysis: Analysis) -> Pass:
     reasons = "; ".join(analysis.reasons)
     p = p.with_event("AnalysisFailed", f"canary {analysis.revision}: {reasons}", warning=True)
     if failures > p.spec.rollout.analysis.failure_limit:
-        return fail_canary(p, FallbackAction.ROLLBACK, f"guardrail failed: {reasons}")
+        return Decided(fail_canary(p, FallbackAction.ROLLBACK, f"guardrail failed: {reasons}"))
     return p
 
 
-def _no_verdict(p: Pass, analysis: Analysis, previous: Analysis | None) -> Pass:
+def _no_verdict(p: Pass, analysis: Analysis, previous: Analysis | None) -> Pass | Decided:
     """An Inconclusive or Error verdict: count the time since the previous look against the previous
     look's own fallback, then act if this verdict's fallback has run out. Inconclusive time without a
     baseline is not counted (and onNoData does not act then): the missing evidence is stable's."""
@@ -370,7 +367,7 @@ def _no_verdict(p: Pass, analysis: Analysis, previous: Analysis | None) -> Pass:
     else:
         fallback, spent, what = settings.on_provider_error, errors, "Prometheus errors"
     if spent >= parse_duration(fallback.after).total_seconds():
-        return fail_canary(p, fallback.action, f"{what} for {fallback.after}: {'; '.join(analysis.reasons)}")
+        return Decided(fail_canary(p, fallback.action, f"{what} for {fallback.after}: {'; '.join(analysis.reasons)}"))
     return p
 
 

@@ -16,7 +16,7 @@ from specfleet.rollout.canary import progress_canary, start_canary
 from specfleet.rollout.experiment import run_experiment, slice_replicas
 from specfleet.rollout.holdback import holdback_target, holdback_weight, keep_holdback
 from specfleet.rollout.lifecycle import drain, retire_canary
-from specfleet.rollout.state import Pass
+from specfleet.rollout.state import Decided, Pass
 from specfleet.rollout.tuning import look_at_fleet, tuned_revision
 from specfleet.rollout.types import Decision, Observation, TrackTarget, live_canary
 
@@ -145,9 +145,10 @@ def _serve_in_place(p: Pass) -> Pass:
         if stable.revision == stable_revision and stable.settled and stable.ready >= p.spec.main_replicas:
             p = retire_canary(p.with_event("PromotionComplete", f"every stable replica serves {stable_revision}"))
         else:
-            p = _promotion_deadline(p.but(canary_traffic=True))
-            if p.decided:
-                return p
+            deadline = _promotion_deadline(p.but(canary_traffic=True))
+            if isinstance(deadline, Decided):
+                return deadline.p
+            p = deadline
     if p.status.canary_revision is not None:
         return p.in_phase(Phase.PROGRESSING, True, "Promoting", f"stable rolling to {stable_revision}")
     if p.obs.stable.ready >= p.spec.main_replicas:
@@ -161,8 +162,8 @@ def _serve_in_place(p: Pass) -> Pass:
     )
 
 
-def _promotion_deadline(p: Pass) -> Pass:
-    """Promoting longer than the progress deadline: say so (Degraded, decided); the canary keeps serving."""
+def _promotion_deadline(p: Pass) -> Pass | Decided:
+    """Promoting longer than the progress deadline: say so (Degraded, `Decided`); the canary keeps serving."""
     started = p.status.step_started_at
     if started is None:
         return p
@@ -174,8 +175,8 @@ def _promotion_deadline(p: Pass) -> Pass:
     )
     detail = p.obs.stable.unschedulable or f"{p.obs.stable.ready}/{p.spec.main_replicas} stable replicas ready"
     message = f"stable not rolled to {p.status.stable_revision} within {p.spec.rollout.progress_deadline}: {detail}"
-    p = p.in_phase(Phase.DEGRADED, False, "ProgressDeadlineExceeded", message).but(decided=True)
-    return p if said else p.with_event("PromotionStalled", message, warning=True)
+    p = p.in_phase(Phase.DEGRADED, False, "ProgressDeadlineExceeded", message)
+    return Decided(p if said else p.with_event("PromotionStalled", message, warning=True))
 
 
 def _never_available(p: Pass) -> bool:

@@ -187,7 +187,7 @@ def _next_candidate(p: Pass) -> Pass:
     if pending is None:
         return _choose(p)
     p = _mark(p, pending.index, state=CandidateState.MEASURING)
-    return progress_canary(start_canary(p.but(decided=False, measured=False), pending.revision).but(measuring=True))
+    return progress_canary(start_canary(p.but(measured=False), pending.revision).but(measuring=True))
 
 
 def _choose(p: Pass) -> Pass:
@@ -209,7 +209,7 @@ def _choose(p: Pass) -> Pass:
     p = p.with_status(
         experiment=experiment.model_copy(update={"candidates": candidates, "chosen": winner, "ended_at": p.obs.now})
     )
-    p = p.but(decided=False, measured=False, measuring=False)
+    p = p.but(measured=False, measuring=False)
     if winner is None:
         return _keep_stable(p)
     chosen = candidates[winner]
@@ -228,11 +228,8 @@ def _keep_stable(p: Pass) -> Pass:
     reason = f"no candidate beat stable's mean per-token latency by {margin:.0%}: stable kept"
     p = p.recording(Outcome.KEPT_STABLE, experiment.revision, reason, of_current_spec=False)
     p = p.with_event("ExperimentKeptStable", f"revision {experiment.revision}: {reason}", warning=True)
-    return (
-        p.with_status(rejected_revision=experiment.revision)
-        .in_phase(Phase.HEALTHY, True, "ExperimentKeptStable", reason)
-        .but(decided=True)
-    )
+    p = p.with_status(rejected_revision=experiment.revision)
+    return p.in_phase(Phase.HEALTHY, True, "ExperimentKeptStable", reason)
 
 
 def _abort(p: Pass, reason: str) -> Pass:

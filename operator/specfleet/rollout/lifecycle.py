@@ -41,7 +41,7 @@ def fail_canary(
         last = p.status.last_analysis
         against = last is not None and last.verdict is Verdict.FAIL
     return (
-        p.but(canary_traffic=not against, decided=True)
+        p.but(canary_traffic=not against)
         .in_phase(Phase.PAUSED, True, f"{cause}Paused", f"{reason}; promote or abort with kubectl specfleet")
         .with_event("Paused", reason, warning=True)
     )
@@ -59,7 +59,6 @@ def abort(p: Pass, outcome: Outcome, reason: str) -> Pass:
         retire_canary(p)
         .with_status(rejected_revision=revision)
         .in_phase(Phase.ROLLED_BACK if rolled_back else Phase.ABORTED, False, outcome.value, reason)
-        .but(decided=True)
     )
 
 
@@ -81,7 +80,7 @@ def promote(p: Pass, reason: str) -> Pass:
             evidence_since=None,
         )
         .in_phase(Phase.PROGRESSING, True, "Promoting", f"stable rolling to {revision}")
-        .but(canary_traffic=True, decided=True)
+        .but(canary_traffic=True)
     )
 
 

@@ -38,8 +38,6 @@ class Pass:
     fleet_look_due: bool = False
     live_before: str | None = None
     """The canary that was live when this pass began: commands can only be for it."""
-    decided: bool = False
-    """The live canary's move for this pass is made (ended, paused, waiting): its later transitions are skipped."""
     measuring: bool = False
     """The live canary is an experiment's candidate: its first step measures it, it never advances."""
     measured: bool = False
@@ -117,3 +115,11 @@ class Pass:
             serving=self.served_spec(revision).serving() if of_current_spec else None,
         )
         return self.with_status(history=[*self.status.history, entry][-self.spec.rollout.history_limit :])
+
+
+@dataclass(frozen=True)
+class Decided:
+    """What a transition returns when it made the live canary's move for this pass (ended it, paused it, or
+    waits): the transitions after it are skipped. A plain `Pass` means the canary goes on to the next one."""
+
+    p: Pass
