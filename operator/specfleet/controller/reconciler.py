@@ -203,47 +203,100 @@ class Reconciler:
         decision: Decision,
         children: dict[str, dict[str, Any]],
     ) -> None:
-        """Traffic off the canary first, then the status (with its precondition), then the other children
-        (the Service before any deletion), then events and annotations.
+        """The decision's writes, one named step each, in the order the write discipline needs: traffic off
+        the canary, the status (with its precondition), the wanted children, route weights, pruning, the
+        preflight Job, events, done commands. A refused status write raises and ends the pass there.
 
-        Taking traffic off the canary is safe whatever version of the object it was decided from, so it
-        comes before the status that says so (a status saying Aborted means traffic is already on stable);
-        everything else waits for the status write to prove the decision was made from the latest version.
         Runs in a thread: it reads only the `children` snapshot taken on the event loop, never the store.
         """
-        wanted = [] if decision.hold_children else [stamped(m) for m in self._desired_children(sdep, decision)]
-        applied: set[str] = set()
-        if not decision.hold_children and not decision.canary_traffic:
-            if self._routed(sdep):  # traffic back to stable before any canary object goes
-                holdback_service = children.get("Service", {}).get(child_name(sdep, Track.HOLDBACK))
-                self._set_route_weights(sdep, 0, decision.holdback_weight if holdback_service else 0)
-            fleet = next(m for m in wanted if m["kind"] == "Service" and m["metadata"]["name"] == sdep.metadata.name)
-            self._ensure(key, sdep, fleet, children.get("Service", {}).get(sdep.metadata.name))
-            applied.add(sdep.metadata.name)
+        held = decision.hold_children
+        wanted = [] if held else [stamped(m) for m in self._desired_children(sdep, decision)]
+        applied = set() if held else self._take_traffic_off_canary(key, sdep, decision, wanted, children)
         version = self._write_status(key, body, sdep, decision.status)
-        if not decision.hold_children:
-            for manifest in wanted:
-                name = manifest["metadata"]["name"]
-                if not (manifest["kind"] == "Service" and name in applied):
-                    self._ensure(key, sdep, manifest, children.get(manifest["kind"], {}).get(name))
-            if self._routed(sdep) and (decision.route_weight > 0 or decision.holdback_weight > 0):
-                self._set_route_weights(sdep, decision.route_weight, decision.holdback_weight)  # Services exist
-            keep = {(m["kind"], m["metadata"]["name"]) for m in wanted}
-            still_selected = self._canary_still_selected(sdep, children)
-            if decision.keep_canary or still_selected:
-                keep |= {("Deployment", child_name(sdep, Track.CANARY)), ("Service", child_name(sdep, Track.CANARY))}
-            if still_selected and not decision.candidates:  # the slices ended: they go once the Service left them
-                prefix = f"{child_name(sdep, Track.CANDIDATE)}-"
-                keep |= {("Deployment", name) for name in children.get("Deployment", {}) if name.startswith(prefix)}
-            self._delete_unwanted(key, sdep, keep, children)
+        if not held:
+            self._ensure_children(key, sdep, wanted, children, applied)
+            self._set_canary_route_weights(sdep, decision)
+            self._prune_children(key, sdep, decision, wanted, children)
             self._reconcile_preflight(key, sdep, decision.preflight, children.get("Job", {}))
+        self._post_events(key, body, decision)
+        self._remove_done_commands(key, decision, version)
+
+    def _take_traffic_off_canary(
+        self,
+        key: Key,
+        sdep: SpeculativeDeployment,
+        decision: Decision,
+        wanted: list[Manifest],
+        children: dict[str, dict[str, Any]],
+    ) -> set[str]:
+        """First, before the status: a decision that takes traffic off the canary sets the HTTPRoute's canary
+        weight to 0 and narrows the fleet Service to stable. This is safe whatever version of the object it
+        was decided from, and it must come before the status that says so (a status saying Aborted means
+        traffic is already on stable). Returns the Services it applied, which `_ensure_children` leaves."""
+        if decision.canary_traffic:
+            return set()
+        if self._routed(sdep):  # traffic back to stable before any canary object goes
+            holdback_service = children.get("Service", {}).get(child_name(sdep, Track.HOLDBACK))
+            self._set_route_weights(sdep, 0, decision.holdback_weight if holdback_service else 0)
+        fleet = next(m for m in wanted if m["kind"] == "Service" and m["metadata"]["name"] == sdep.metadata.name)
+        self._ensure(key, sdep, fleet, children.get("Service", {}).get(sdep.metadata.name))
+        return {sdep.metadata.name}
+
+    def _ensure_children(
+        self,
+        key: Key,
+        sdep: SpeculativeDeployment,
+        wanted: list[Manifest],
+        children: dict[str, dict[str, Any]],
+        applied: set[str],
+    ) -> None:
+        """After the status write has proved the decision was made from the latest version: every wanted
+        Deployment and Service exists as rendered, before anything is deleted or routed to."""
+        for manifest in wanted:
+            name = manifest["metadata"]["name"]
+            if not (manifest["kind"] == "Service" and name in applied):
+                self._ensure(key, sdep, manifest, children.get(manifest["kind"], {}).get(name))
+
+    def _set_canary_route_weights(self, sdep: SpeculativeDeployment, decision: Decision) -> None:
+        """After the children: the HTTPRoute sends traffic to the canary or the holdback only once their
+        Services exist (weights back to 0 were set first, by `_take_traffic_off_canary`)."""
+        if self._routed(sdep) and (decision.route_weight > 0 or decision.holdback_weight > 0):
+            self._set_route_weights(sdep, decision.route_weight, decision.holdback_weight)
+
+    def _prune_children(
+        self,
+        key: Key,
+        sdep: SpeculativeDeployment,
+        decision: Decision,
+        wanted: list[Manifest],
+        children: dict[str, dict[str, Any]],
+    ) -> None:
+        """After the wanted children and the route: delete the Deployments and Services the decision no
+        longer wants, but not a canary or slices the fleet Service, as last observed, still sends to (see
+        `_canary_still_selected`)."""
+        keep = {(m["kind"], m["metadata"]["name"]) for m in wanted}
+        still_selected = self._canary_still_selected(sdep, children)
+        if decision.keep_canary or still_selected:
+            keep |= {("Deployment", child_name(sdep, Track.CANARY)), ("Service", child_name(sdep, Track.CANARY))}
+        if still_selected and not decision.candidates:  # the slices ended: they go once the Service left them
+            prefix = f"{child_name(sdep, Track.CANDIDATE)}-"
+            keep |= {("Deployment", name) for name in children.get("Deployment", {}) if name.startswith(prefix)}
+        self._delete_unwanted(key, sdep, keep, children)
+
+    def _post_events(self, key: Key, body: dict[str, Any], decision: Decision) -> None:
+        """After the writes: an event (and its log line) tells of a decision that was applied, never of one
+        whose status write was refused."""
         for event in decision.events:
             TRANSITIONS.labels(event.reason).inc()
             level = logging.WARNING if event.type == "Warning" else logging.INFO
             logger.log(level, "%s/%s: %s: %s", *key, event.reason, event.message)
             self.kube.post_event(body, event.type, event.reason, event.message)
+
+    def _remove_done_commands(self, key: Key, decision: Decision, version: str) -> None:
+        """Last: the acted-on command annotations go, over the version the status write left, so the status
+        that acknowledges them is stored first; an annotation changed meanwhile (maybe the same command
+        given again) conflicts, and the next pass looks at it again."""
         if decision.done_commands:
-            # changed meanwhile (maybe the same command given again): the next pass looks again
             with contextlib.suppress(ConflictError):
                 self.kube.remove_annotations(*key, list(decision.done_commands), version)
 
@@ -331,8 +384,9 @@ class Reconciler:
     def _reconcile_preflight(
         self, key: Key, sdep: SpeculativeDeployment, target: TrackTarget | None, jobs: dict[str, Any]
     ) -> None:
-        """The preflight Job the decision asks for exists (created once: a Job's template cannot change, and
-        its name holds the revision); the fleet's other preflight Jobs go, their pods with them."""
+        """After pruning, as the other children after the status write: the preflight Job the decision asks
+        for exists (created once: a Job's template cannot change, and its name holds the revision); the
+        fleet's other preflight Jobs go, their pods with them."""
         wanted = preflight_job(sdep, target.revision, target.serving) if target is not None else None
         name = wanted["metadata"]["name"] if wanted is not None else None
         for job_name, job in jobs.items():
