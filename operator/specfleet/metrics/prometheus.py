@@ -5,9 +5,10 @@ has a timeout; any failure to get a well-formed answer raises ProviderError, nev
 """
 
 import math
-from typing import Protocol
+from typing import Any, Protocol
 
-from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
+from prometheus_api_client import PrometheusConnect
+from prometheus_api_client.exceptions import PrometheusApiClientException
 from requests.exceptions import RequestException
 from urllib3.util.retry import Retry
 
@@ -41,7 +42,7 @@ class Prometheus:
         )
         self._url = url
 
-    def _query(self, query: str, at: float | None) -> list[dict]:
+    def _query(self, query: str, at: float | None) -> list[object]:
         try:
             result = self._client.custom_query(query, params=None if at is None else {"time": f"{at:.3f}"})
         except (PrometheusApiClientException, RequestException, ValueError) as error:
@@ -69,16 +70,18 @@ class Prometheus:
                 values[str(metric.get(label, ""))] = value
         return values
 
-    def _sample(self, sample: object, query: str) -> tuple[dict, float]:
+    def _sample(self, sample: object, query: str) -> tuple[dict[str, Any], float]:
         """One series of an instant vector: its labels and its value (NaN kept: it means "no data").
 
         Anything else (another result type, a value that is not a number, an infinite count) is a
         malformed answer: an error, never a number the judge would take at face value.
         """
         try:
-            metric, (_, text) = sample.get("metric") or {}, sample["value"]  # type: ignore[attr-defined]
+            if not isinstance(sample, dict):
+                raise TypeError(type(sample).__name__)
+            metric, (_, text) = sample.get("metric") or {}, sample["value"]
             value = float(text)
-        except (AttributeError, KeyError, TypeError, ValueError) as error:
+        except (KeyError, TypeError, ValueError) as error:
             raise ProviderError(f"Prometheus at {self._url}: not an instant vector sample for {query}") from error
         if math.isinf(value) or not isinstance(metric, dict):
             raise ProviderError(f"Prometheus at {self._url}: sample {text!r} for {query} is not a finite number")
