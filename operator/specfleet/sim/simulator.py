@@ -54,8 +54,6 @@ MAX_COMPLETIONS = 256
 """Completion requests served at once (each holds a thread while it streams); more are answered 503."""
 FALLBACK_GPU = MI300X
 """Used for pods on nodes without a known `amd.com/gpu.product-name` label."""
-FALLBACK_GPU = MI300X
-"""Used for pods on nodes without a known `amd.com/gpu.product-name` label."""
 SCRAPE_FAULT_ANSWERS: dict[ScrapeAnswer, tuple[HTTPStatus, bytes]] = {
     "error": (HTTPStatus.INTERNAL_SERVER_ERROR, b"internal server error\n"),
     "garbage": (
@@ -111,7 +109,9 @@ class Simulator:
         self._scenario_stamp = self._file_stamp()
         self._pods: dict[str, SimulatedPod] = {}
         self.lock = threading.RLock()
+        """Held for every look at the pods and their engines (the completion streams take it too)."""
         self.stopping = threading.Event()
+        """Set by `stop()`: the ticker, the target writes and the streams end."""
         self._server: LoopbackServer | None = None
         self._source = (
             KubePodSource(api_client, namespaces, self, label_selector=None) if api_client is not None else None
