@@ -19,8 +19,8 @@ from specfleet.api.spec import (
     SpeculativeDeploymentSpec,
 )
 from specfleet.api.vocabulary import API_VERSION, KIND
-from specfleet.hardware import BY_PRODUCT_NAME
-from specfleet.preflight.check import Memory, MemorySubject, memory_problems
+from specfleet.preflight.budget import gpu_budget
+from specfleet.preflight.check import MemorySubject, memory_problems
 from specfleet.render.argv import ITL_BUCKETS_FLAG, engine_problems
 from specfleet.render.buckets import BucketsError, check_histogram_buckets
 from specfleet.render.vllm_versions import CLI_FLAGS, VllmVersion, has_flag
@@ -58,23 +58,6 @@ def _schema_problems(error: ValidationError) -> list[Problem]:
             message = _FRIENDLY.get(detail["type"], detail["msg"])
         problems.append(Problem(field or "(document)", message))
     return problems
-
-
-def gpu_budget(spec: SpeculativeDeploymentSpec) -> Memory | None:
-    """The declared weights against the budget of the smallest accepted GPU (vram x gpuMemoryUtilization), or
-    None when no known product is named: the pods may land on any GPU."""
-    products = [BY_PRODUCT_NAME[n] for n in spec.accelerator.product_names if n in BY_PRODUCT_NAME]
-    if not products:
-        return None
-    smallest = min(products, key=lambda p: p.vram_gib)
-    return Memory(
-        gpu=smallest.short_name,
-        budget_gib=smallest.vram_gib * spec.engine.gpu_memory_utilization,
-        tensor_parallel_size=spec.engine.tensor_parallel_size,
-        draft_tensor_parallel_size=spec.speculative.draft_tensor_parallel_size or 1,
-        target_gib=spec.model.size_gib,
-        drafter_gib=spec.speculative.size_gib,
-    )
 
 
 _MEMORY_FIELDS = {MemorySubject.DRAFTER: "spec.speculative.sizeGiB", MemorySubject.WEIGHTS: "spec.model.sizeGiB"}

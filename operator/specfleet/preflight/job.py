@@ -10,6 +10,7 @@ from typing import Any
 
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.vocabulary import FIELD_MANAGER, LABEL_NAME, LABEL_PREFLIGHT, LABEL_REVISION
+from specfleet.preflight.budget import gpu_budget
 from specfleet.render.manifests import (
     HF_HOME,
     SERVING_UID,
@@ -20,7 +21,6 @@ from specfleet.render.manifests import (
     node_affinity,
     serving_env,
 )
-from specfleet.validation import gpu_budget
 
 NAME_INFIX = "-preflight-"
 MAX_NAME = 63
