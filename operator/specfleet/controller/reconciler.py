@@ -205,7 +205,9 @@ class Reconciler:
     ) -> None:
         """The decision's writes, one named step each, in the order the write discipline needs: traffic off
         the canary, the status (with its precondition), the wanted children, route weights, pruning, the
-        preflight Job, events, done commands. A refused status write raises and ends the pass there.
+        preflight Job, events, done commands. A refused status write raises and ends the pass there. A
+        decision that holds the children (the spec cannot be rendered) writes the status, events and
+        commands only.
 
         Runs in a thread: it reads only the `children` snapshot taken on the event loop, never the store.
         """
@@ -271,9 +273,10 @@ class Reconciler:
         wanted: list[Manifest],
         children: dict[str, dict[str, Any]],
     ) -> None:
-        """After the wanted children and the route: delete the Deployments and Services the decision no
-        longer wants, but not a canary or slices the fleet Service, as last observed, still sends to (see
-        `_canary_still_selected`)."""
+        """After the wanted children and the route, so nothing is deleted before what replaces it exists:
+        delete the Deployments and Services the decision no longer wants. A draining canary the decision
+        keeps stays, and so do a canary and ended slices the fleet Service, as last observed, may still send
+        to (see `_canary_still_selected`)."""
         keep = {(m["kind"], m["metadata"]["name"]) for m in wanted}
         still_selected = self._canary_still_selected(sdep, children)
         if decision.keep_canary or still_selected:
@@ -384,9 +387,9 @@ class Reconciler:
     def _reconcile_preflight(
         self, key: Key, sdep: SpeculativeDeployment, target: TrackTarget | None, jobs: dict[str, Any]
     ) -> None:
-        """After pruning, as the other children after the status write: the preflight Job the decision asks
-        for exists (created once: a Job's template cannot change, and its name holds the revision); the
-        fleet's other preflight Jobs go, their pods with them."""
+        """Last of the children, after the status write like them: the preflight Job the decision asks for
+        exists (created once: a Job's template cannot change, and its name holds the revision); the fleet's
+        other preflight Jobs go, their pods with them."""
         wanted = preflight_job(sdep, target.revision, target.serving) if target is not None else None
         name = wanted["metadata"]["name"] if wanted is not None else None
         for job_name, job in jobs.items():
