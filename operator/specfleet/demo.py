@@ -46,7 +46,7 @@ SCENARIO = {
         {"target": "*", "drafter": "*Qwen*", "acceptance": 0.3},
     ],
 }
-ROLLOUT = {
+ROLLOUT: dict[str, Any] = {
     "steps": [{"weight": 25, "pause": {"duration": "10s"}}, {"weight": 50, "pause": {"duration": "10s"}}],
     "analysis": {"interval": "5s", "window": "60s"},
     "guardrails": {"minAcceptanceAlpha": 0.6, "maxTokenLatencyP95Regression": 0.1, "minDraftTokens": 200},
@@ -103,7 +103,7 @@ class Timeline:
                 f"step={step + 1}/{len(ROLLOUT['steps'])} ({target}%: canary serves "
                 f"{status.get('canaryWeight', 0)}% of ready replicas)"
             )
-        progressing = next((c for c in status.get("conditions", []) if c["type"] == "Progressing"), {})
+        progressing: dict[str, Any] = next((c for c in status.get("conditions", []) if c["type"] == "Progressing"), {})
         if progressing.get("reason") in ("CanaryStarting", "Unschedulable", "ReplicasStarting"):
             facts.append(progressing.get("message", ""))
         key = " ".join(facts) + analysis.get("time", "")
@@ -152,7 +152,9 @@ class Demo:
         )  # fmt: skip
         core = kubernetes.client.CoreV1Api(api)
         try:
-            core.create_namespace({"metadata": {"name": NAMESPACE}})
+            core.create_namespace(
+                kubernetes.client.V1Namespace(metadata=kubernetes.client.V1ObjectMeta(name=NAMESPACE))
+            )
         except kubernetes.client.exceptions.ApiException as error:
             if error.status != 409:
                 raise
@@ -207,7 +209,10 @@ class Demo:
         return True
 
     def _status(self, custom: kubernetes.client.CustomObjectsApi) -> dict[str, Any]:
-        return custom.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, NAME).get("status") or {}
+        obj = custom.get_namespaced_custom_object(GROUP, VERSION, NAMESPACE, PLURAL, NAME)
+        if not isinstance(obj, dict):
+            raise TypeError(f"{NAMESPACE}/{NAME}: the API answered {type(obj).__name__}, not an object")
+        return obj.get("status") or {}
 
     def _follow(self, custom: kubernetes.client.CustomObjectsApi, expect_canary: bool, timeout: float = 720) -> str:
         """Print the timeline until the act ends (Healthy without a canary, or a rollback)."""

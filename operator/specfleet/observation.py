@@ -227,8 +227,8 @@ def preflight_observations(
         if rev is None or LABEL_PREFLIGHT not in (meta.get("labels") or {}) or not controlled_by(job, uid):
             continue
         state, reason = _job_state(job)
-        pod = by_job.get(meta.get("uid"))
-        message = (_termination_message(pod) if pod is not None else "") or reason
+        job_pod = by_job.get(meta.get("uid"))
+        message = (_termination_message(job_pod) if job_pod is not None else "") or reason
         observed[rev] = PreflightObservation(rev, state, message[:MESSAGE_LIMIT])
     return observed
 

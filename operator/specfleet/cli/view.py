@@ -55,6 +55,7 @@ def _library_client(kubeconfig: str | None, context: str | None) -> tuple["Custo
 def connect(kubeconfig: str | None, context: str | None, namespace: str | None) -> Cluster:
     from specfleet.cli import kubeapi
 
+    api: CustomObjectsApi
     try:
         try:
             api, default_namespace = kubeapi.from_kubeconfig(kubeconfig, context)
@@ -95,7 +96,10 @@ def api_errors(what: str) -> Iterator[None]:
 
 def get(cluster: Cluster, name: str) -> dict[str, Any]:
     with api_errors(f"speculativedeployment {cluster.namespace}/{name}"):
-        return cluster.api.get_namespaced_custom_object(GROUP, VERSION, cluster.namespace, PLURAL, name)
+        obj = cluster.api.get_namespaced_custom_object(GROUP, VERSION, cluster.namespace, PLURAL, name)
+    if not isinstance(obj, dict):
+        raise TypeError(f"speculativedeployment {cluster.namespace}/{name}: the API answered {type(obj).__name__}")
+    return obj
 
 
 def patch(cluster: Cluster, name: str, body: dict[str, Any]) -> None:

@@ -52,9 +52,22 @@ def evidence(
     per_position = provider.by_label(promql.accepted_by_position(selector, r), "position", at)
     positions = sorted(int(p) for p in per_position if p.isdigit())
     return TrackEvidence(
-        **histograms,
-        **counters,
-        **gauges,
+        token_latency=histograms["token_latency"],
+        step_latency=histograms["step_latency"],
+        ttft=histograms["ttft"],
+        queue_time=histograms["queue_time"],
+        drafts=counters["drafts"],
+        draft_tokens=counters["draft_tokens"],
+        accepted_tokens=counters["accepted_tokens"],
+        generation_tokens=counters["generation_tokens"],
+        prompt_tokens=counters["prompt_tokens"],
+        preemptions=counters["preemptions"],
+        token_latency_mean=gauges["token_latency_mean"],
+        step_latency_mean=gauges["step_latency_mean"],
+        batch_mean=gauges["batch_mean"],
+        waiting_growth=gauges["waiting_growth"],
+        kv_cache_usage_mean=gauges["kv_cache_usage_mean"],
+        kv_cache_usage_max=gauges["kv_cache_usage_max"],
         finished=provider.by_label(promql.finished_by_reason(selector, r), "finished_reason", at),
         accepted_per_position=tuple(per_position[str(p)] for p in positions)
         if positions == list(range(len(positions)))
@@ -141,7 +154,7 @@ def _analyze(
     others = tuple(promql.TrackSelector(meta.namespace, meta.name, track.value, r) for r in beside)
     seconds = evidence_seconds(sdep, since, now)
     window = parse_duration(spec.rollout.analysis.window).total_seconds()
-    base = {"time": now, "revision": revision, "step": step, "look": look, "evidence_seconds": round(seconds)}
+    uncut_seconds = round(seconds)  # what an error reports: the range before it was cut
     with ANALYSIS_SECONDS.time():
         try:
             at = now.timestamp()
@@ -155,8 +168,15 @@ def _analyze(
                 )
         except ProviderError as error:
             ANALYSES.labels(Verdict.ERROR.value).inc()
-            return Analysis(**base, verdict=Verdict.ERROR, reasons=[str(error)[:MAX_REASON]])
-    base["evidence_seconds"] = round(seconds)
+            return Analysis(
+                time=now,
+                revision=revision,
+                step=step,
+                look=look,
+                evidence_seconds=uncut_seconds,
+                verdict=Verdict.ERROR,
+                reasons=[str(error)[:MAX_REASON]],
+            )
     drafter = served_spec(spec, status, revision).speculative
     serving = (status.stable_serving or {}).get("speculative") or {}
     assert isinstance(serving, dict)
@@ -173,7 +193,11 @@ def _analyze(
     )
     ANALYSES.labels(result.verdict.value).inc()
     return Analysis(
-        **base,
+        time=now,
+        revision=revision,
+        step=step,
+        look=look,
+        evidence_seconds=round(seconds),
         verdict=result.verdict,
         reasons=[r[:MAX_REASON] for r in result.reasons],
         checks=list(result.checks),

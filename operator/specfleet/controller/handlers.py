@@ -30,7 +30,7 @@ from specfleet.controller.kube import Kube, connection_info
 from specfleet.controller.metrics import LEADER, FleetCollector
 from specfleet.controller.queue import WorkQueue
 from specfleet.controller.reconciler import Reconciler
-from specfleet.controller.store import PREFLIGHT_POD, Store
+from specfleet.controller.store import PREFLIGHT_POD, Key, Store
 
 MANAGED = {"app.kubernetes.io/managed-by": FIELD_MANAGER}
 INITIAL_SYNC_SECONDS = 2.0
@@ -169,7 +169,7 @@ class Controller:
     kube: Kube
     options: OperatorOptions = field(default_factory=OperatorOptions)
     store: Store = field(default_factory=Store)
-    queue: WorkQueue = field(default_factory=WorkQueue)
+    queue: WorkQueue[Key] = field(default_factory=WorkQueue)
 
     def registry(self) -> kopf.OperatorRegistry:
         """A kopf registry with this controller's handlers (explicit, so tests can run several)."""
@@ -245,7 +245,7 @@ class Controller:
 
         # async handlers: kopf runs them on the event loop, where the store and the queue live
         @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-        async def speculative_deployment(event: dict[str, Any], **_: Any) -> None:
+        async def speculative_deployment(event: kopf.RawEvent, **_: Any) -> None:
             key = self.store.put_sdep(event["object"], deleted=event.get("type") == "DELETED")
             self.queue.add(key)
 

@@ -70,7 +70,7 @@ class FleetCollector(Collector):
             for candidate in Phase:
                 phase.add_metric([*key, candidate.value], 1.0 if candidate.value == current else 0.0)
             weight.add_metric(key, float(status.get("canaryWeight", 0)))
-            condition = next(
+            condition: Mapping[str, Any] = next(
                 (c for c in status.get("conditions") or [] if c.get("type") == ConditionType.SPECULATION_PAYING), {}
             )
             if condition.get("status") in ("True", "False"):

@@ -9,18 +9,23 @@ import contextlib
 import heapq
 import time
 from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
 
 
-class WorkQueue:
+class WorkQueue(Generic[K]):
+    """Keys of type `K` (the controller's are `(namespace, name)`)."""
+
     def __init__(self) -> None:
-        self._due: dict[Hashable, float] = {}
-        self._heap: list[tuple[float, int, Hashable]] = []
-        self._active: set[Hashable] = set()
-        self._again: dict[Hashable, float] = {}
+        self._due: dict[K, float] = {}
+        self._heap: list[tuple[float, int, K]] = []
+        self._active: set[K] = set()
+        self._again: dict[K, float] = {}
         self._counter = 0
         self._changed = asyncio.Event()
 
-    def add(self, key: Hashable, after: float = 0.0) -> None:
+    def add(self, key: K, after: float = 0.0) -> None:
         """Process `key` in `after` seconds, or sooner if it is already due sooner."""
         due = time.monotonic() + max(after, 0.0)
         if key in self._active:
@@ -33,7 +38,7 @@ class WorkQueue:
         heapq.heappush(self._heap, (due, self._counter, key))
         self._changed.set()
 
-    async def get(self) -> Hashable:
+    async def get(self) -> K:
         """The next due key; the caller must call `done(key)` afterwards."""
         while True:
             while self._heap and self._due.get(self._heap[0][2]) != self._heap[0][0]:
@@ -49,7 +54,7 @@ class WorkQueue:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout)
 
-    def done(self, key: Hashable) -> None:
+    def done(self, key: K) -> None:
         self._active.discard(key)
         if key in self._again:
             due = self._again.pop(key)

@@ -58,7 +58,7 @@ def utcnow() -> datetime:
 class Reconciler:
     kube: Kube
     store: Store
-    queue: WorkQueue
+    queue: WorkQueue[Key]
     clock: Callable[[], datetime] = utcnow
     resync_seconds: float = RESYNC_SECONDS
     default_prometheus_url: str | None = None
@@ -335,7 +335,10 @@ class Reconciler:
 
     def _set_route_weights(self, sdep: SpeculativeDeployment, weight: int, holdback_weight: int = 0) -> None:
         """Set the fleet's backend weights on the user's HTTPRoute (only those; the route stays theirs)."""
-        ref = sdep.spec.rollout.traffic_routing.http_route  # type: ignore[union-attr]
+        routing = sdep.spec.rollout.traffic_routing
+        ref = routing.http_route if routing is not None else None
+        if ref is None:  # the callers ask `_routed` first
+            raise ValueError(f"{sdep.metadata.namespace}/{sdep.metadata.name} names no HTTPRoute to set weights on")
         namespace = ref.namespace or sdep.metadata.namespace
         route = self.kube.read(HTTPROUTE_API_VERSION, "HTTPRoute", namespace, ref.name)
         if route is None:
@@ -391,11 +394,11 @@ class Reconciler:
         exists (created once: a Job's template cannot change, and its name holds the revision); the fleet's
         other preflight Jobs go, their pods with them."""
         wanted = preflight_job(sdep, target.revision, target.serving) if target is not None else None
-        name = wanted["metadata"]["name"] if wanted is not None else None
+        name: str | None = wanted["metadata"]["name"] if wanted is not None else None
         for job_name, job in jobs.items():
             if job_name != name and controlled_by(job, sdep.metadata.uid):
                 self.kube.delete("batch/v1", "Job", key[0], job_name, job["metadata"]["uid"])
-        if wanted is None:
+        if wanted is None or name is None:  # a wanted Job always has a name
             return
         observed = jobs.get(name)
         if observed is None:

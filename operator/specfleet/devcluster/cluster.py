@@ -317,21 +317,28 @@ def _write_configs(
 def _ensure_nodes(api: kubernetes.client.ApiClient, pool: NodePool) -> tuple[str, ...]:
     """Create the pool's nodes that do not exist yet (nodes are never removed, so `up` can grow a pool)."""
     core = kubernetes.client.CoreV1Api(api)
-    existing = {node.metadata.name for node in core.list_node().items}
+    existing = {_node_name(node) for node in core.list_node().items}
     manifests = node_manifests(pool)
     for manifest in manifests:
         if manifest["metadata"]["name"] not in existing:
-            core.create_node(manifest)
+            core.create_node(manifest)  # type: ignore[arg-type]  # the client sends a dict as it is (status included)
     return tuple(manifest["metadata"]["name"] for manifest in manifests)
 
 
 def _nodes_ready(api: kubernetes.client.ApiClient, names: tuple[str, ...]) -> bool:
     ready = {
-        node.metadata.name
+        _node_name(node)
         for node in kubernetes.client.CoreV1Api(api).list_node().items
-        if any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
+        if node.status is not None  # no status yet: not Ready
+        and any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
     }
     return ready.issuperset(names)
+
+
+def _node_name(node: kubernetes.client.V1Node) -> str | None:
+    if node.metadata is None:
+        raise ValueError("the API server listed a node without metadata")
+    return node.metadata.name
 
 
 def _default_service_account_exists(api: kubernetes.client.ApiClient) -> bool:

@@ -132,7 +132,7 @@ def signals_deferred() -> Iterator[None]:
         for number in held:
             signal.signal(number, previous[number])
         for signum in received:
-            handler = previous[signum]
+            handler = previous[signal.Signals(signum)]
             if callable(handler):
                 handler(signum, None)
             else:  # SIG_DFL: what would have happened

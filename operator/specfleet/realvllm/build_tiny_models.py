@@ -57,7 +57,7 @@ def llama(tok: PreTrainedTokenizerFast, layers: int, intermediate: int, seed: in
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
         tie_word_embeddings=False,
-        torch_dtype="float32",
+        torch_dtype="float32",  # type: ignore[call-arg]  # taken from **kwargs; `dtype` needs transformers 4.56
     )
     return LlamaForCausalLM(config).to(torch.float32)
 

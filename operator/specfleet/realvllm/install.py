@@ -124,9 +124,9 @@ def ensure(version: str = DEFAULT_VERSION, log: Callable[[str], None] = print) -
     env = target.env()
     python = str(target.python)
 
-    def run(*argv: str, **kwargs: object) -> str:
+    def run(*argv: str) -> str:
         log("+ " + " ".join(argv))
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False, **kwargs)  # type: ignore[call-overload]
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise InstallError(f"{' '.join(argv[:4])} ... failed ({done.returncode}):\n{done.stderr[-3000:]}")
         return done.stdout

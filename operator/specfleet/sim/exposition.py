@@ -112,4 +112,4 @@ def families(metrics: Metrics, model_name: str, speculative: bool, created: floa
 
 def exposition(metrics: Metrics, model_name: str, speculative: bool, created: float) -> bytes:
     """The `/metrics` body (text format 0.0.4)."""
-    return generate_latest(_Families(families(metrics, model_name, speculative, created)))  # type: ignore[arg-type]
+    return generate_latest(_Families(families(metrics, model_name, speculative, created)))

@@ -20,8 +20,11 @@ POLL_SECONDS = 0.25
 class StreamHost(Protocol):
     """The simulator as its completion streams see it (`specfleet.sim.simulator.Simulator`)."""
 
-    lock: AbstractContextManager[Any]
-    """Held for every look at the pods and their engines."""
+    @property
+    def lock(self) -> AbstractContextManager[Any]:
+        """Held for every look at the pods and their engines."""
+        ...
+
     stopping: threading.Event
 
     def clock(self) -> float: ...
