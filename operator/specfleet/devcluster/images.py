@@ -11,7 +11,7 @@ Extra CA certificates (a TLS-intercepting corporate proxy) reach the build as a 
 a builder stage's pip step mounts; no image gets them in its trust store.
 
 The functions that make argv lists, hashes and the decision between registry and stand-in are pure (unit
-tested in tests/unit/test_images.py); `ImageBuilder` runs them.
+tested in tests/unit/devcluster/test_devcluster_images.py); `ImageBuilder` runs them.
 """
 
 import hashlib

@@ -1,0 +1,283 @@
+"""The Helm chart as `helm template` renders it (offline, the pinned helm): RBAC, the Deployment, values.
+
+These check what the chart promises; tests/integration/test_chart.py checks that a real API server
+agrees (server-side dry run, install, upgrade, and the operator running on the chart's RBAC).
+"""
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from specfleet import chartgen
+from specfleet.cachedir import cache_root
+from specfleet.devcluster.binaries import COMPONENTS, find_binary
+
+from repokit import ROOT
+
+pytestmark = pytest.mark.xdist_group("chart_templates")  # its module-scoped fixture is built once, on one worker
+
+CHART = ROOT / "charts" / "specfleet"
+Manifest = dict[str, Any]
+
+NAMESPACED_RULES = [
+    {"apiGroups": ["specfleet.io"], "resources": ["speculativedeployments"], "verbs": ["list", "watch", "patch"]},
+    {"apiGroups": ["specfleet.io"], "resources": ["speculativedeployments/status"], "verbs": ["patch"]},
+    {
+        "apiGroups": ["apps"],
+        "resources": ["deployments"],
+        "verbs": ["get", "list", "watch", "create", "patch", "delete"],
+    },
+    {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch", "create", "delete"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+]
+"""Exactly what operator/specfleet/controller (kube.py, handlers.py) calls, per watched namespace."""
+CRD_DISCOVERY = {
+    "apiGroups": ["apiextensions.k8s.io"],
+    "resources": ["customresourcedefinitions"],
+    "verbs": ["list", "watch"],
+}
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    found = find_binary(COMPONENTS["helm"], cache_root())
+    if found is None:
+        pytest.fail("the pinned helm is not built yet: run `specfleet dev build` first")
+    return found
+
+
+def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(helm), *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+def render(helm: Path, *args: str) -> list[Manifest]:
+    result = run_helm(helm, "template", "sf", str(CHART), "--namespace", "ops", *args)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+def by_kind(manifests: list[Manifest], kind: str) -> list[Manifest]:
+    return [m for m in manifests if m["kind"] == kind]
+
+
+def only(manifests: list[Manifest], kind: str) -> Manifest:
+    found = by_kind(manifests, kind)
+    assert len(found) == 1, f"{len(found)} {kind}s"
+    return found[0]
+
+
+def container(manifests: list[Manifest]) -> Manifest:
+    return only(manifests, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_lint_strict_passes_with_defaults_and_with_everything_on(helm: Path) -> None:
+    everything = ["--set", "replicaCount=3", "--set", "watchNamespaces={a,b}", "--set", "prometheusAuth.enabled=true"]
+    everything += ["--set", "gatewayAPI.enabled=true", "--set", "monitoring.force=true"]
+    everything += ["--set", "grafanaDashboard.enabled=true"]
+    for extra in ([], everything):
+        result = run_helm(helm, "lint", "--strict", str(CHART), *extra)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_chart_crd_is_the_generated_crd() -> None:
+    chart_crd = CHART / "crds" / "specfleet.io_speculativedeployments.yaml"
+    assert chart_crd.read_bytes() == (ROOT / "crds" / "specfleet.io_speculativedeployments.yaml").read_bytes()
+
+
+def test_the_operator_pod_is_locked_down(helm: Path) -> None:
+    manifests = render(helm)
+    pod = only(manifests, "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["automountServiceAccountToken"] is True
+    assert only(manifests, "ServiceAccount")["automountServiceAccountToken"] is False
+    security = container(manifests)["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True and security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert {"name": "tmp", "mountPath": "/tmp"} in container(manifests)["volumeMounts"]
+
+
+def test_probes_call_the_liveness_endpoint_the_operator_serves(helm: Path) -> None:
+    operator = container(render(helm, "--set", "healthPort=9000"))
+    assert "--liveness=http://0.0.0.0:9000/healthz" in operator["args"]
+    assert {"name": "health", "containerPort": 9000, "protocol": "TCP"} in operator["ports"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert operator[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+
+
+def test_args_come_from_values(helm: Path) -> None:
+    operator = container(
+        render(
+            helm,
+            *("--set", "operator.prometheusUrl=http://prometheus.monitoring:9090", "--set", "operator.workers=8"),
+            *("--set", "watchNamespaces={team-a,team-b}", "--set", "operator.logFormat=human"),
+            *("--set", "operator.verbose=true", "--set", "operator.extraArgs={--resync=60}"),
+        )
+    )
+    assert operator["args"] == [
+        "--log-format=human",
+        "--liveness=http://0.0.0.0:8080/healthz",
+        "--workers=8",
+        "--resync=300",
+        "--metrics-port=8081",
+        "--namespace=team-a",
+        "--namespace=team-b",
+        "--prometheus-url=http://prometheus.monitoring:9090",
+        "--verbose",
+        "--resync=60",
+    ]
+
+
+def test_image_is_the_app_version_unless_a_tag_or_digest_is_given(helm: Path) -> None:
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    assert container(render(helm))["image"] == f"ghcr.io/specfleet/specfleet-operator:{app_version}"
+    assert container(render(helm, "--set", "image.tag=dev"))["image"].endswith(":dev")
+    digest = "sha256:" + "a" * 64
+    assert container(render(helm, "--set", f"image.digest={digest}"))["image"].endswith(f"@{digest}")
+
+
+def test_cluster_wide_rbac_is_exactly_what_the_operator_uses(helm: Path) -> None:
+    manifests = render(helm)
+    role = only(manifests, "ClusterRole")
+    assert role["rules"] == [*NAMESPACED_RULES, CRD_DISCOVERY]
+    binding = only(manifests, "ClusterRoleBinding")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "sf-specfleet", "namespace": "ops"}]
+    assert not by_kind(manifests, "Role") and not by_kind(manifests, "RoleBinding")
+
+
+def test_watch_namespaces_get_a_role_each_and_nothing_namespaced_cluster_wide(helm: Path) -> None:
+    manifests = render(helm, "--set", "watchNamespaces={team-a,team-b}")
+    roles = by_kind(manifests, "Role")
+    assert {r["metadata"]["namespace"] for r in roles} == {"team-a", "team-b"}
+    assert all(r["rules"] == NAMESPACED_RULES for r in roles)
+    assert {b["metadata"]["namespace"] for b in by_kind(manifests, "RoleBinding")} == {"team-a", "team-b"}
+    cluster_role = only(manifests, "ClusterRole")
+    assert cluster_role["rules"] == [
+        CRD_DISCOVERY,
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
+    ]
+
+
+def test_secrets_only_when_prometheus_auth_is_on_and_narrowed_to_names(helm: Path) -> None:
+    def secret_rules(*args: str) -> list[Manifest]:
+        rules = only(render(helm, *args), "ClusterRole")["rules"]
+        return [r for r in rules if "secrets" in r["resources"]]
+
+    assert secret_rules() == []
+    assert secret_rules("--set", "prometheusAuth.enabled=true") == [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}
+    ]
+    assert secret_rules("--set", "prometheusAuth.enabled=true", "--set", "prometheusAuth.secretNames={prom}") == [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": ["prom"]}
+    ]
+
+
+def test_httproutes_only_when_gateway_api_routing_is_on(helm: Path) -> None:
+    def route_rules(*args: str) -> list[Manifest]:
+        return [r for r in only(render(helm, *args), "ClusterRole")["rules"] if "httproutes" in r["resources"]]
+
+    assert route_rules() == []
+    assert route_rules("--set", "gatewayAPI.enabled=true") == [
+        {"apiGroups": ["gateway.networking.k8s.io"], "resources": ["httproutes"], "verbs": ["get", "patch"]}
+    ]
+
+
+def test_one_replica_recreates_and_more_elect_a_leader_through_a_lease(helm: Path) -> None:
+    single = render(helm)
+    assert only(single, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
+    assert not any(a.startswith("--leader-election") for a in container(single)["args"])
+    assert not by_kind(single, "Role")
+
+    several = render(helm, "--set", "replicaCount=3")
+    assert only(several, "Deployment")["spec"]["replicas"] == 3
+    assert only(several, "Deployment")["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert "--leader-election=ops/sf-specfleet" in container(several)["args"]
+    lease_role = only(several, "Role")
+    assert lease_role["metadata"]["namespace"] == "ops"
+    assert lease_role["rules"] == [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": ["sf-specfleet"],
+            "verbs": ["get", "patch"],
+        },
+    ]
+
+
+def test_monitoring_objects_only_where_the_prometheus_operator_api_is_served(helm: Path) -> None:
+    kinds = {"PodMonitor", "ServiceMonitor", "PrometheusRule"}
+    assert not kinds & {m["kind"] for m in render(helm)}
+    served = [f"--api-versions=monitoring.coreos.com/v1/{kind}" for kind in sorted(kinds)]
+    assert kinds <= {m["kind"] for m in render(helm, *served)}
+    assert kinds <= {m["kind"] for m in render(helm, "--set", "monitoring.force=true")}
+    assert "ServiceMonitor" not in {m["kind"] for m in render(helm, *served, "--set", "metrics.enabled=false")}
+
+
+def test_pod_monitor_scrapes_vllm_with_the_labels_the_analysis_selects_on(helm: Path) -> None:
+    monitor = only(render(helm, "--set", "monitoring.force=true"), "PodMonitor")["spec"]
+    assert monitor["podTargetLabels"] == ["specfleet.io/name", "specfleet.io/track", "specfleet.io/revision"]
+    assert monitor["podMetricsEndpoints"] == [{"port": "http", "path": "/metrics", "interval": "15s"}]
+    assert monitor["selector"]["matchExpressions"] == [{"key": "specfleet.io/name", "operator": "Exists"}]
+    assert monitor["namespaceSelector"] == {"any": True}
+    scoped = render(helm, "--set", "monitoring.force=true", "--set", "watchNamespaces={team-a}")
+    assert only(scoped, "PodMonitor")["spec"]["namespaceSelector"] == {"matchNames": ["team-a"]}
+
+
+def test_service_monitor_keeps_the_fleet_namespace_label(helm: Path) -> None:
+    manifests = render(helm, "--set", "monitoring.force=true")
+    endpoint = only(manifests, "ServiceMonitor")["spec"]["endpoints"][0]
+    assert endpoint["port"] == "metrics" and endpoint["honorLabels"] is True
+    service = only(manifests, "Service")
+    assert service["spec"]["ports"][0]["name"] == "metrics"
+    assert "--metrics-port=8081" in container(manifests)["args"]
+
+
+def test_prometheus_rule_and_dashboard_are_the_generated_ones(helm: Path) -> None:
+    manifests = render(helm, "--set", "monitoring.force=true", "--set", "grafanaDashboard.enabled=true")
+    assert only(manifests, "PrometheusRule")["spec"] == chartgen.prometheus_rules()
+    config_map = only(manifests, "ConfigMap")
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(config_map["data"]["specfleet-rollouts.json"]) == chartgen.dashboard()
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (["--set", "replicaCount=two"], "at '/replicaCount': got string, want integer"),
+        (["--set", "operator.workerz=8"], "at '/operator': additional properties 'workerz' not allowed"),
+        (["--set", "monitoring.podMonitor.interval=soon"], "at '/monitoring/podMonitor/interval'"),
+        (["--set-json", 'watchNamespaces=["Team_A"]'], "at '/watchNamespaces/0'"),
+        (["--set", "operator.logFormat=xml"], "at '/operator/logFormat': value must be one of 'json', 'human'"),
+        (["--set", "colour=blue"], "additional properties 'colour' not allowed"),
+    ],
+)
+def test_the_schema_rejects_bad_values_naming_the_key(helm: Path, values: list[str], message: str) -> None:
+    result = run_helm(helm, "template", "sf", str(CHART), *values)
+    assert result.returncode != 0
+    assert "values don't meet the specifications of the schema" in result.stderr
+    assert message in result.stderr
+
+
+def test_every_value_in_values_yaml_is_in_the_schema() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def missing(node: Any, spec: dict[str, Any], path: str) -> list[str]:
+        if not isinstance(node, dict) or spec.get("additionalProperties") is not False:
+            return []
+        found = []
+        for key, value in node.items():
+            if key not in spec["properties"]:
+                found.append(f"{path}.{key}")
+            else:
+                found += missing(value, spec["properties"][key], f"{path}.{key}")
+        return found
+
+    assert missing(values, schema, "") == []
