@@ -1,8 +1,8 @@
 """Session fixtures for tests against the real dev cluster (`specfleet dev`).
 
-The cluster is brought up once per test session, or reused when one is already running in the default
-state directory. It is torn down at the end only if this session started it, so a developer's running
-cluster survives a test run and CI leaves no process behind.
+The cluster is brought up once per test run (shared by its xdist workers), or reused when one is already
+running in the default state directory. It is torn down at the end only if this run started it, so a
+developer's running cluster survives a test run and CI leaves no process behind.
 """
 
 import os
@@ -14,30 +14,43 @@ from pathlib import Path
 
 import kubernetes
 import pytest
+from filelock import FileLock
 
 from specfleet.cachedir import cache_root
 from specfleet.devcluster.binaries import COMPONENTS, TOOLS, find_binary
-from specfleet.devcluster.cluster import ClusterInfo, down, load_info, up
+from specfleet.devcluster.cluster import ClusterInfo, load_info, up
+from specfleet.devcluster.nodes import NodePool, pool_from_counts
 from specfleet.devcluster.paths import default_state_dir
 from specfleet.realvllm import install
 from specfleet.realvllm.models import ensure_models
 
 from fleetkit import Fleet, Operator, Simulator
+from testrun import CLUSTER_STARTED, RUN_DIR
 
 
 @pytest.fixture(scope="session")
 def dev_cluster() -> Iterator[ClusterInfo]:
-    """The running dev cluster (default node pool): kubeconfig, API and Prometheus URLs, file_sd directory."""
+    """The running dev cluster: kubeconfig, API and Prometheus URLs, file_sd directory. Started (or repaired, and
+    grown to the test pool) by the first worker that asks, under a lock; the run's controller stops it at the
+    end when this run started it (tests/conftest.py)."""
     state_dir = default_state_dir()
-    was_running = load_info(state_dir) is not None  # even with a dead component, which `up` repairs in place
-    missing = [name for name in TOOLS if find_binary(COMPONENTS[name], cache_root()) is None]
-    if missing and not was_running:
-        # Building inside a test would run into pytest's per-test timeout (a cold build takes ~12 minutes).
-        pytest.fail(f"dev cluster binaries not built yet ({', '.join(missing)}): run `specfleet dev build` first")
-    info = up(state_dir)
+    run_dir = Path(os.environ[RUN_DIR])
+    with FileLock(run_dir / "cluster.lock"):
+        was_running = load_info(state_dir) is not None  # even with a dead component, which `up` repairs in place
+        missing = [name for name in TOOLS if find_binary(COMPONENTS[name], cache_root()) is None]
+        if missing and not was_running:
+            # Building inside a test would run into pytest's per-test timeout (a cold build takes ~12 minutes).
+            pytest.fail(f"dev cluster binaries not built yet ({', '.join(missing)}): run `specfleet dev build` first")
+        info = up(state_dir, pool=pool_for(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
+        if not was_running:
+            (run_dir / CLUSTER_STARTED).write_text(str(state_dir))
     yield info
-    if not was_running:
-        down(state_dir)
+
+
+def pool_for(workers: int) -> NodePool:
+    """The default pool with two more MI300X nodes per extra worker: most tests' fleets run on MI300X, and
+    tests side by side must not queue for fake GPUs."""
+    return pool_from_counts(mi300x=2 * max(1, workers))
 
 
 @pytest.fixture(scope="session")

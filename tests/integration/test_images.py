@@ -36,7 +36,7 @@ from specfleet.render.argv import served_model_name
 
 from fleetkit import EAGLE3_K5, PLAIN, Fleet, Simulator, free_port, start_canary, wait_for
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("images")]  # module-scoped builds, once
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "specfleet"

@@ -1,0 +1,104 @@
+"""The whole suite runs on several pytest-xdist workers (`-n` in pyproject.toml): the integration tests mostly
+wait on simulations and servers that run in wall time, so they run side by side on one shared dev cluster.
+
+- The cluster is started by the first worker that needs it and stopped, if this run started it, by the
+  controller once every worker is done (a worker cannot know that the others are).
+- Real vLLM servers take ~4.3 GiB each: the `vllm` tests run on one worker, one after another.
+- The longest tests are handed out first, by the durations the last run on this machine recorded (under the
+  cache directory, outside the repo), so no long test starts last while the other workers sit idle. Without
+  a record, real vLLM goes first, then the other integration tests, then unit tests.
+"""
+
+import json
+import os
+import shutil
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from specfleet.cachedir import cache_root
+
+from testrun import CLUSTER_STARTED, RUN_DIR
+
+
+def _is_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for size in ("COLUMNS", "LINES"):  # xdist workers get COLUMNS=80: output widths must not depend on where tests run
+        os.environ.pop(size, None)
+    if not _is_worker(config) and RUN_DIR not in os.environ:
+        os.environ[RUN_DIR] = tempfile.mkdtemp(prefix="specfleet-tests-")  # the workers inherit it
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _is_worker(config) or RUN_DIR not in os.environ:
+        return
+    run_dir = Path(os.environ.pop(RUN_DIR))
+    started = run_dir / CLUSTER_STARTED
+    if started.exists():
+        from specfleet.devcluster.cluster import down  # only when a run started the cluster
+
+        down(Path(started.read_text()))
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
+DURATIONS = "test-durations.json"
+"""Seconds each test took (setup, call and teardown) at its last run, in the cache directory."""
+UNRECORDED = {"vllm": 1e6, "integration": 120.0, "unit": 0.1}
+"""Seconds assumed for a test the record does not know yet, by kind."""
+_took: dict[str, float] = defaultdict(float)
+
+
+def _durations_file() -> Path:
+    return cache_root() / DURATIONS
+
+
+def _recorded() -> dict[str, float]:
+    try:
+        record = json.loads(_durations_file().read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): float(v) for k, v in record.items()} if isinstance(record, dict) else {}
+
+
+def _kind(item: pytest.Item) -> str:
+    if item.get_closest_marker("vllm"):
+        return "vllm"
+    return "integration" if item.get_closest_marker("integration") else "unit"
+
+
+def _group(item: pytest.Item) -> str:
+    marker = item.get_closest_marker("xdist_group")
+    return str(marker.args[0] if marker and marker.args else marker.kwargs.get("name", "")) if marker else ""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Longest first; a group (one worker runs all its tests in a row) weighs what its tests add up to, and
+    keeps its tests together and in order."""
+    for item in items:
+        if item.get_closest_marker("vllm"):
+            item.add_marker(pytest.mark.xdist_group("vllm"))
+    recorded = _recorded()
+    seconds = {item.nodeid: recorded.get(item.nodeid, UNRECORDED[_kind(item)]) for item in items}
+    weight: dict[str, float] = defaultdict(float)
+    for item in items:
+        weight[_group(item) or item.nodeid] += seconds[item.nodeid]
+    first_seen = {key: index for index, key in reversed(list(enumerate(_group(i) or i.nodeid for i in items)))}
+    items.sort(key=lambda item: (-weight[_group(item) or item.nodeid], first_seen[_group(item) or item.nodeid]))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _took[report.nodeid] += report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _is_worker(session.config) or not _took:
+        return
+    record = {**_recorded(), **{nodeid: round(seconds, 2) for nodeid, seconds in _took.items()}}
+    path = _durations_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=0, sort_keys=True))
