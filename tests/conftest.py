@@ -4,6 +4,7 @@ wait on simulations and servers that run in wall time, so they run side by side 
 - The cluster is started by the first worker that needs it and stopped, if this run started it, by the
   controller once every worker is done (a worker cannot know that the others are).
 - Real vLLM servers take ~4.3 GiB each: the `vllm` tests run on one worker, one after another.
+- A test that runs an operator over every namespace (`cluster_wide`) runs alone, handed out last.
 - The longest tests are handed out first, by the durations the last run on this machine recorded (under the
   cache directory, outside the repo), so no long test starts last while the other workers sit idle. Without
   a record, real vLLM goes first, then the other integration tests, then unit tests.
@@ -76,6 +77,7 @@ def _group(item: pytest.Item) -> str:
     return str(marker.args[0] if marker and marker.args else marker.kwargs.get("name", "")) if marker else ""
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Longest first; a group (one worker runs all its tests in a row) weighs what its tests add up to, and
     keeps its tests together and in order."""
@@ -88,11 +90,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         weight[_group(item) or item.nodeid] += seconds[item.nodeid]
     first_seen = {key: index for index, key in reversed(list(enumerate(_group(i) or i.nodeid for i in items)))}
-    items.sort(key=lambda item: (-weight[_group(item) or item.nodeid], first_seen[_group(item) or item.nodeid]))
+    items.sort(
+        key=lambda item: (
+            item.get_closest_marker("cluster_wide") is not None,  # alone on the cluster: last (integration conftest)
+            -weight[_group(item) or item.nodeid],
+            first_seen[_group(item) or item.nodeid],
+        )
+    )
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    _took[report.nodeid] += report.duration
+    _took[report.nodeid.split("@")[0]] += report.duration  # xdist suffixes a grouped test's id with "@group"
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

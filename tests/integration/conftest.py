@@ -5,6 +5,7 @@ running in the default state directory. It is torn down at the end only if this 
 developer's running cluster survives a test run and CI leaves no process behind.
 """
 
+import fcntl
 import os
 import subprocess
 import time
@@ -51,6 +52,21 @@ def pool_for(workers: int) -> NodePool:
     """The default pool with two more MI300X nodes per extra worker: most tests' fleets run on MI300X, and
     tests side by side must not queue for fake GPUs."""
     return pool_from_counts(mi300x=2 * max(1, workers))
+
+
+@pytest.fixture(autouse=True)
+def share_of_the_cluster(request: pytest.FixtureRequest) -> Iterator[None]:
+    """An operator over every namespace (marked `cluster_wide`) would reconcile other tests' fleets as its own:
+    it runs alone. Every other integration test holds a shared lock for its whole life (set-up to tear-down),
+    a cluster-wide one the exclusive lock; tests/conftest.py hands cluster-wide tests out last, when the
+    other workers are done with the cluster, so the wait is short."""
+    exclusive = request.node.get_closest_marker("cluster_wide") is not None
+    with (Path(os.environ[RUN_DIR]) / "cluster-share.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")

@@ -186,7 +186,7 @@ class Simulator:
         ]  # fmt: skip
         self.log = (workdir / "sim.log").open("wb")
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
-        wait_for("the simulator to listen", self._answers, timeout=30)
+        wait_for("the simulator to listen", self._answers, timeout=120)  # a start-up, not a speed: busy runs are slow
 
     def _answers(self) -> bool:
         try:
@@ -200,8 +200,13 @@ class Simulator:
         assert urllib.request.urlopen(request, timeout=5).status in (200, 204)
 
     def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it has not exited within 30 s (on a busy machine it can take that long)."""
         self.process.terminate()
-        self.process.wait(timeout=30)
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=30)
         self.log.close()
 
 

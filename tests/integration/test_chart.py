@@ -308,6 +308,7 @@ def test_the_operator_runs_on_the_namespaced_rbac_and_no_more(
     assert refused.returncode != 0 and "Forbidden" in refused.stderr
 
 
+@pytest.mark.cluster_wide
 def test_the_operator_runs_on_the_cluster_wide_rbac(
     cluster: Cluster, namespace: str, release: str, crd_installed: None, fleet: Fleet, tmp_path: Path
 ) -> None:
