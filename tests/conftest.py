@@ -4,7 +4,8 @@ wait on simulations and servers that run in wall time, so they run side by side 
 - The cluster is started by the first worker that needs it and stopped, if this run started it, by the
   controller once every worker is done (a worker cannot know that the others are).
 - Real vLLM servers take ~4.3 GiB each: the `vllm` tests run on one worker, one after another.
-- A test that runs an operator over every namespace (`cluster_wide`) runs alone, handed out last.
+- A test that acts on what every test shares (`cluster_wide`: an operator over every namespace, chaos on the
+  shared Prometheus and nodes) runs alone, after the other integration tests, beside the unit tests.
 - The longest tests are handed out first, by the durations the last run on this machine recorded (under the
   cache directory, outside the repo), so no long test starts last while the other workers sit idle. Without
   a record, real vLLM goes first, then the other integration tests, then unit tests.
@@ -91,12 +92,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         weight[_group(item) or item.nodeid] += seconds[item.nodeid]
     first_seen = {key: index for index, key in reversed(list(enumerate(_group(i) or i.nodeid for i in items)))}
     items.sort(
-        key=lambda item: (
-            item.get_closest_marker("cluster_wide") is not None,  # alone on the cluster: last (integration conftest)
-            -weight[_group(item) or item.nodeid],
-            first_seen[_group(item) or item.nodeid],
-        )
+        key=lambda item: (_stage(item), -weight[_group(item) or item.nodeid], first_seen[_group(item) or item.nodeid])
     )
+
+
+def _stage(item: pytest.Item) -> int:
+    """Integration tests first; then those that need the cluster alone (integration conftest), which wait for
+    the others to leave it while the other workers run the unit tests, handed out last."""
+    if item.get_closest_marker("cluster_wide"):
+        return 1
+    return 2 if _kind(item) == "unit" else 0
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -253,7 +253,9 @@ def test_a_drafter_that_turns_bad_after_the_first_step_is_caught(
     }
     fleet.apply(sdep(rollout=rollout, speculative=EAGLE3_K5))
     stable = wait_for("Healthy", fleet.phase_is("llama", "Healthy"), timeout=90)["stableRevision"]
-    fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 4}})
+    # a new revision that serves as stable does (the drafter's revision moves, its weights do not): the first
+    # step is shown within every limit on any machine, then the drafter turns bad
+    fleet.patch_spec("llama", {"speculative": {"revision": "v2"}})
     wait_for("step 2", lambda: fleet.status("llama").get("currentStep") == 1, timeout=420)
     simulator.put(
         {**SCENARIO, "pairs": [{"target": "*", "drafter": "yuhuili/*", "track": "canary", "acceptance": 0.25}]}

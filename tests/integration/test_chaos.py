@@ -21,6 +21,7 @@ import chaos
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.cluster_wide  # it stops the shared Prometheus and deletes nodes other tests' pods run on
 @pytest.mark.timeout(1200)
 def test_a_short_chaos_run_keeps_every_invariant(
     dev_cluster: ClusterInfo, crd_installed: None, namespace: str, tmp_path: Path

@@ -203,6 +203,7 @@ def promote_then_abort(fleet: Fleet) -> None:
     )
 
 
+@pytest.mark.xdist_group("monitoring_crds")  # the stand-in CRDs are cluster-wide, made and deleted per test
 def test_rendered_chart_passes_a_server_side_dry_run(cluster: Cluster, namespace: str, monitoring_crds: None) -> None:
     everything = [
         *("--set", "replicaCount=2", "--set", f"watchNamespaces={{{namespace}}}"),
@@ -263,6 +264,7 @@ def test_install_refuses_bad_values_with_the_key_in_the_message(cluster: Cluster
     assert cluster.helm("list", "-n", namespace, "-q").stdout.strip() == ""
 
 
+@pytest.mark.xdist_group("monitoring_crds")
 def test_monitoring_objects_appear_when_the_api_is_served(
     cluster: Cluster, namespace: str, release: str, monitoring_crds: None
 ) -> None:
