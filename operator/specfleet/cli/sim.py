@@ -6,8 +6,6 @@ each command has its own options beside the ones both take (the cluster to watch
 """
 
 import logging
-import signal
-import threading
 from collections.abc import Callable, Sequence
 from enum import StrEnum
 from pathlib import Path
@@ -17,6 +15,7 @@ import kubernetes
 import typer
 
 from specfleet.devcluster.cluster import load_info
+from specfleet.fleetpods.termination import Termination
 from specfleet.realvllm.cli import serve_real_vllm
 from specfleet.realvllm.install import DEFAULT_VERSION
 from specfleet.realvllm.runner import DEFAULT_MAX_SERVERS, LoadPlan
@@ -150,8 +149,7 @@ def sim_command(
         scenario_file=scenario,
         model_cache=model_cache,
     )
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    termination = Termination()
     try:
         sim.start()
     except OSError as error:
@@ -159,10 +157,7 @@ def sim_command(
         raise typer.Exit(1) from error
     typer.echo(f"specfleet sim: serving {sim.url}")
     try:
-        while not stopping.wait(1.0):
-            pass
-    except KeyboardInterrupt:
-        pass
+        termination.wait()
     finally:
         sim.stop()
 

