@@ -92,8 +92,9 @@ class Look:
         canary, stable = self.canary.per_pod_load, self.stable.per_pod_load
         return canary / stable if canary is not None and stable else None
 
-    def growth(self, unit: str = "canary requests") -> Growth:
-        return Growth(self.canary.requests, self.canary.seconds, unit)
+    def growth(self) -> Growth:
+        """The canary's requests and the time they took: what most checks need more of."""
+        return Growth(self.canary.requests, self.canary.seconds)
 
 
 def _alpha_bounds(look: Look, alpha: float, trials: float) -> Bounds:

@@ -128,7 +128,7 @@ def _traffic_shift(p: Pass, before: float | None, now: float | None) -> Pass:
 
 def _mix_shift(p: Pass, before: TrafficProfile | None, now: TrafficProfile | None) -> Pass:
     """An event when prompt or output tokens per request move out of the comparable band around promotion's
-    (`judge.MIX_TOLERANCE`), once per move: a part already out at the last estimate is not named again."""
+    (`judge.drift.MIX_TOLERANCE`), once per move: a part already out at the last estimate is not named again."""
     moved = [part for part in now.shifted if before is None or part not in before.shifted] if now else []
     if now is None or not moved:
         return p
