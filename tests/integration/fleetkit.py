@@ -197,7 +197,8 @@ class Simulator:
     def put(self, scenario: dict[str, Any]) -> None:
         body = yaml.safe_dump(scenario).encode()
         request = urllib.request.Request(f"{self.url}/scenario", data=body, method="PUT")
-        assert urllib.request.urlopen(request, timeout=5).status in (200, 204)
+        # A control call, not a speed: on a busy machine the simulator's threads can wait seconds for a core.
+        assert urllib.request.urlopen(request, timeout=60).status in (200, 204)
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if it has not exited within 30 s (on a busy machine it can take that long)."""
