@@ -157,6 +157,27 @@ BAD_SPECS: list[BadSpec] = [
         "strictly increasing",
     ),
     BadSpec(
+        "no-surge-and-none-unavailable",
+        spec(rollout={"maxSurge": 0, "maxUnavailable": "0%"}),
+        "spec.rollout.maxUnavailable",
+        "cannot both be 0",
+        "cannot both be 0",
+    ),
+    BadSpec(
+        "surge-not-a-percentage",
+        spec(rollout={"maxSurge": "25"}),
+        "spec.rollout.maxSurge",
+        "percentage of replicas",
+        "percentage of replicas",
+    ),
+    BadSpec(
+        "unavailable-negative",
+        spec(rollout={"maxUnavailable": -1}),
+        "spec.rollout.maxUnavailable",
+        "count of pods",
+        "count of pods",
+    ),
+    BadSpec(
         "step-weight-zero",
         spec(rollout={"steps": [{"weight": 0}]}),
         "spec.rollout.steps[0].weight",

@@ -115,7 +115,7 @@ def _inline(node: Schema, definitions: dict[str, Schema]) -> Schema:
 def _drop_null_branch(node: Schema, definitions: dict[str, Schema]) -> Schema:
     """`X | None` is `anyOf: [X, {type: null}]`: keep X (absent means unset; null is never stored)."""
     branches = node.get("anyOf")
-    if branches is None:
+    if branches is None or node.get("x-kubernetes-int-or-string"):
         return node
     kept = [b for b in branches if b.get("type") != "null"]
     if len(kept) != 1:

@@ -8,7 +8,7 @@ from specfleet.api.crd import crd
 def _type(node: dict[str, Any]) -> str:
     if "enum" in node:
         return " \\| ".join(f"`{v}`" for v in node["enum"])
-    kind = str(node.get("type", "object"))
+    kind = "integer or string" if node.get("x-kubernetes-int-or-string") else str(node.get("type", "object"))
     if kind == "array":
         return f"list of {_type(node.get('items', {}))}"
     return kind

@@ -4,11 +4,12 @@ Field docstrings become the CRD's descriptions (and the generated field referenc
 written for the person editing the YAML.
 """
 
+import re
 from enum import StrEnum
 from itertools import pairwise
 from typing import Annotated, Any
 
-from pydantic import Field, JsonValue, WithJsonSchema
+from pydantic import AfterValidator, Field, JsonValue, WithJsonSchema
 
 from specfleet.api.base import ApiModel, Rule
 from specfleet.api.durations import DURATION_PATTERN
@@ -28,6 +29,47 @@ Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=32)]
 LabelValue = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")]
 ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]
 Fraction = Annotated[float, Field(ge=0, le=1)]
+PERCENT_PATTERN = r"^(100|[1-9]?[0-9])%$"
+INT_OR_PERCENT_MESSAGE = "must be a count of pods (0-10000) or a percentage of replicas such as '25%'"
+
+
+def _int_or_percent(value: int | str) -> int | str:
+    count = isinstance(value, int) and 0 <= value <= 10_000
+    if count or (isinstance(value, str) and re.match(PERCENT_PATTERN, value)):
+        return value
+    raise ValueError(INT_OR_PERCENT_MESSAGE)
+
+
+IntOrPercent = Annotated[
+    int | str,
+    AfterValidator(_int_or_percent),
+    WithJsonSchema(
+        {
+            "x-kubernetes-int-or-string": True,
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"type(self) == string ? self.matches('{PERCENT_PATTERN}') : self >= 0 && self <= 10000",
+                    "message": INT_OR_PERCENT_MESSAGE,
+                }
+            ],
+        }
+    ),
+]
+"""A count of pods or a percentage of `replicas` ("25%"), as a Deployment's `maxSurge` / `maxUnavailable`."""
+
+
+def pod_count(value: int | str, replicas: int, *, round_up: bool) -> int:
+    """An `IntOrPercent` as pods of `replicas`: a percentage rounds up for a surge, down for unavailability,
+    as Kubernetes' Deployment controller rounds them."""
+    if isinstance(value, int):
+        return value
+    share = replicas * int(value.removesuffix("%"))
+    return -(-share // 100) if round_up else share // 100
+
+
+def _is_zero(value: int | str | None) -> bool:
+    return value in (0, "0%")
 
 
 class SpeculativeMethod(StrEnum):
@@ -642,8 +684,24 @@ class RolloutSpec(ApiModel):
     """Optional: keep measuring after promotion and flag (or roll back) a config that stopped paying."""
     holdback: HoldbackSpec | None = None
     """Optional: keep a control group on a reference config after promotion and measure the speed-up live."""
+    max_surge: IntOrPercent | None = None
+    """Pods (or a percentage of `replicas`, rounded up) a rollout may run on top of `replicas`. Unset: each step
+    adds its canary pods next to stable (a step of 25% asks for 25% more GPUs). `0` swaps instead: stable gives
+    up pods (at most `maxUnavailable` at a time) before their canary replacements are created, for a fleet on
+    a full GPU pool. Promotion, rollback and abort move the same way."""
+    max_unavailable: IntOrPercent = 0
+    """Ready pods (or a percentage of `replicas`, rounded down) the fleet may be short of `replicas` while a
+    rollout moves pods between stable and canary. Must be at least 1 when `maxSurge` is 0."""
 
     rules = (
+        Rule(
+            cel="!has(self.maxSurge) || !(self.maxSurge == 0 || self.maxSurge == '0%') || "
+            "!has(self.maxUnavailable) || !(self.maxUnavailable == 0 || self.maxUnavailable == '0%')",
+            message="rollout.maxSurge and rollout.maxUnavailable cannot both be 0: a rollout could not move "
+            "any pod (set maxUnavailable to at least 1 to swap pods on a full GPU pool)",
+            field_path=".maxUnavailable",
+            holds=lambda r: not (_is_zero(r.max_surge) and _is_zero(r.max_unavailable)),
+        ),
         Rule(
             cel="!has(self.steps) || self.steps.map(s, s.weight).isSorted() && self.steps.all(s, "
             "self.steps.exists_one(t, t.weight == s.weight))",

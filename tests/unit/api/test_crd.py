@@ -35,9 +35,14 @@ def test_yaml_round_trips() -> None:
     assert yaml.safe_load(crd_yaml()) == crd()
 
 
+INT_OR_STRING = [{"type": "integer"}, {"type": "string"}]
+"""The one `anyOf` a structural schema allows, under `x-kubernetes-int-or-string`."""
+
+
 def _structural_violations(path: str, node: dict[str, Any]) -> list[str]:
-    found = [f"{path}: {key}" for key in FORBIDDEN_KEYS & node.keys()]
-    if "type" not in node and not node.get("x-kubernetes-preserve-unknown-fields"):
+    int_or_string = node.get("x-kubernetes-int-or-string") is True and node.get("anyOf", INT_OR_STRING) == INT_OR_STRING
+    found = [f"{path}: {key}" for key in FORBIDDEN_KEYS & node.keys() if not (key == "anyOf" and int_or_string)]
+    if "type" not in node and not node.get("x-kubernetes-preserve-unknown-fields") and not int_or_string:
         found.append(f"{path}: no type")
     if "properties" in node and "additionalProperties" in node:
         found.append(f"{path}: additionalProperties beside properties")
