@@ -42,6 +42,14 @@ class TrackObservation:
     """The Deployment controller has rolled every replica to the current template."""
     unschedulable: str = ""
     """The scheduler's message for a Pending pod of this track, e.g. `Insufficient amd.com/gpu`."""
+    replicas: int = 0
+    """What the Deployment asks for (spec.replicas)."""
+    serving: int = 0
+    """Ready pods of any revision (a Deployment rolling to a new template has both)."""
+    placed: int = 0
+    """Pods on a node and not being deleted: they hold their GPUs."""
+    terminating: int = 0
+    """Deleted pods still on a node: their GPUs are not free until they are gone."""
     always_served: bool = False
     """Every Ready pod of the track carries the always-served label (so a Service selecting it keeps them)."""
     crashes: tuple[ContainerCrash, ...] = ()
@@ -57,6 +65,47 @@ class TrackObservation:
     def oom_kills(self) -> tuple[ContainerCrash, ...]:
         """Containers whose current or last termination was an OOM kill."""
         return tuple(c for c in self.crashes if c.oom_killed)
+
+
+@dataclass(frozen=True)
+class GpuRequest:
+    """GPUs a track is about to ask for: `pods` pods of `per_pod` GPUs each, of an extended resource, on the
+    nodes the fleet's pods may use (`products`: the accepted product names; empty accepts any)."""
+
+    pods: int
+    per_pod: int
+    resource: str
+    products: tuple[str, ...] = ()
+
+    @property
+    def gpus(self) -> int:
+        return self.pods * self.per_pod
+
+    @property
+    def where(self) -> str:
+        return f"{' or '.join(self.products)} nodes" if self.products else "the nodes the fleet may use"
+
+
+@dataclass(frozen=True)
+class GpuRoom:
+    """What the nodes a fleet's pods may use have free for a request (computed by `specfleet.capacity`)."""
+
+    request: GpuRequest
+    free: int
+    """GPUs of the resource free on those nodes: allocatable minus what the pods on them request."""
+    fitting: int
+    """Pods of `per_pod` GPUs that fit, node by node (a pod's GPUs are on one node)."""
+    nodes: int
+    """Nodes that match: Ready, schedulable, the product accepted, their taints tolerated."""
+
+    @property
+    def fits(self) -> bool:
+        return self.fitting >= self.request.pods
+
+    def describe(self) -> str:
+        """E.g. `needs 4 amd.com/gpu on AMD_Instinct_MI300X_OAM nodes, 0 free`."""
+        request = self.request
+        return f"needs {request.gpus} {request.resource} on {request.where}, {self.free} free"
 
 
 @dataclass(frozen=True)
@@ -87,6 +136,9 @@ class Observation:
     """The side-by-side candidates' Deployments, by candidate index."""
     candidate_analyses: Mapping[int, Analysis] = field(default_factory=dict)
     """Fresh analyses of side-by-side candidates (set by the shell for those that were due)."""
+    room: GpuRoom | None = None
+    """What the nodes have free for the pods the canary is about to ask for (set by the shell when the
+    decision asked, `Decision.capacity_due`; None when it did not, or the operator may not read nodes)."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +196,11 @@ class Decision:
     keep_canary: bool = False
     """With `canary` None: leave the canary Deployment (and its Service) as they are, a retiring canary
     draining; it is deleted by a later decision."""
+    retiring_replicas: int | None = None
+    """With `keep_canary`: the replicas the retiring canary's Deployment keeps while its pods move back to
+    stable (`rollout.maxSurge` set); None leaves them as they are."""
+    capacity_due: GpuRequest | None = None
+    """Pods the canary is about to ask for: the shell checks the nodes' free GPUs and decides again."""
 
 
 def set_condition(
