@@ -51,6 +51,8 @@ USED = [
     ("create", "events"),
 ]
 """Every (verb, resource) the operator uses in a watched namespace (operator/specfleet/controller)."""
+CAPACITY = [("get", "nodes"), ("list", "nodes"), ("list", "pods", "--all-namespaces")]
+"""What the capacity check reads cluster-wide (`capacityCheck`, on by default): read-only."""
 
 MONITORING_KINDS = {
     "PodMonitor": "podmonitors",
@@ -291,7 +293,9 @@ def test_the_operator_runs_on_the_namespaced_rbac_and_no_more(
     denied = [
         ("get", "secrets/other"),
         ("list", "secrets"),
-        ("list", "nodes"),
+        ("watch", "nodes"),
+        ("patch", "nodes"),
+        ("watch", "pods", "--namespace", "default"),
         ("create", "pods"),
         ("delete", "pods"),
         ("update", "deployments"),
@@ -303,6 +307,8 @@ def test_the_operator_runs_on_the_namespaced_rbac_and_no_more(
     ]
     for question in allowed:
         assert can_i(cluster, account, *question, "--namespace", namespace), question
+    for question in CAPACITY:
+        assert can_i(cluster, account, *question), question
     for question in denied:
         namespaced = question if "--namespace" in question else (*question, "--namespace", namespace)
         assert not can_i(cluster, account, *namespaced), question
@@ -326,7 +332,9 @@ def test_the_operator_runs_on_the_cluster_wide_rbac(
     ] == []
     for question in USED:
         assert can_i(cluster, account, *question, "--all-namespaces"), question
-    for question in (("get", "secrets", "--all-namespaces"), ("list", "nodes"), ("create", "namespaces")):
+    for question in CAPACITY:
+        assert can_i(cluster, account, *question), question
+    for question in (("get", "secrets", "--all-namespaces"), ("watch", "nodes"), ("create", "namespaces")):
         assert not can_i(cluster, account, *question), question
 
 

@@ -7,6 +7,7 @@ object that was replaced by someone else in the meantime is never deleted.
 
 import base64
 import contextlib
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,6 +22,8 @@ from specfleet.controller.metrics import API_REQUESTS
 
 Manifest = dict[str, Any]
 USER_AGENT = f"specfleet/{__version__}"
+FINISHED_PODS_EXCLUDED = "status.phase!=Succeeded,status.phase!=Failed"
+"""The scheduler's own selector for the pods that hold node resources."""
 
 
 class SecretError(Exception):
@@ -147,6 +150,25 @@ class Kube:
             return self._resource(api_version, kind).get(name=name, namespace=namespace).to_dict()
         except NotFoundError:
             return None
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        """Every Node, as the API server returns it (for the capacity check: labels, taints, allocatable,
+        conditions). Raises ForbiddenError when the operator may not list nodes."""
+        return self._list("v1", "Node")
+
+    def list_pods_on_nodes(self) -> list[dict[str, Any]]:
+        """Every pod in the cluster that has not finished (Succeeded or Failed pods are filtered by the API
+        server), for what they request of the nodes they are bound to. Raises ForbiddenError when the
+        operator may not list pods in all namespaces."""
+        return self._list("v1", "Pod", field_selector=FINISHED_PODS_EXCLUDED)
+
+    def _list(self, api_version: str, kind: str, field_selector: str | None = None) -> list[dict[str, Any]]:
+        """A cluster-wide list, read as plain JSON (camelCase dicts, as `read` returns): no ResourceInstance
+        wrapping of every field of every object, which on a large cluster costs more than the request."""
+        API_REQUESTS.labels("list", kind).inc()
+        response = self._resource(api_version, kind).get(field_selector=field_selector, serialize=False)
+        items = json.loads(response.data).get("items")
+        return [item for item in items or [] if isinstance(item, dict)]
 
     def read_secret(self, namespace: str, name: str, key: str) -> str:
         """One key of a Secret (the Prometheus bearer token); the value is never logged.

@@ -19,12 +19,13 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from kubernetes.dynamic.exceptions import ApiException, ConflictError
+from kubernetes.dynamic.exceptions import ApiException, ConflictError, ForbiddenError
 from urllib3.exceptions import HTTPError
 
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.status import Analysis, SpeculativeDeploymentStatus, Verdict
 from specfleet.api.vocabulary import LABEL_TRACK, LABEL_TRAFFIC, SINGLE_TRACKS, Track
+from specfleet.capacity import room
 from specfleet.controller.analysis import analyze, analyze_candidate, measure_fleet
 from specfleet.controller.kube import Kube, SecretError
 from specfleet.controller.metrics import RECONCILE_SECONDS, RECONCILES, TRANSITIONS
@@ -36,6 +37,7 @@ from specfleet.patches import contains, merge_patch, stamped
 from specfleet.preflight.job import preflight_job
 from specfleet.render.manifests import Manifest, child_name, deployment, fleet_selector, route_rules, service
 from specfleet.rollout import Decision, FleetLook, Observation, TrackTarget, decide
+from specfleet.rollout.types import GpuRequest, GpuRoom
 
 logger = logging.getLogger("specfleet.reconciler")
 
@@ -45,6 +47,8 @@ RESYNC_SECONDS = 300.0
 ERROR_BACKOFF_SECONDS = 5.0
 CACHE_BEHIND_SECONDS = 1.0
 """Look again this soon when the watch cache has not delivered our own last write (its event wakes us too)."""
+CAPACITY_RBAC = "get, list on nodes and list on pods in all namespaces (the chart's capacityCheck: true)"
+"""What the capacity check reads, for the warning when the operator may not."""
 
 
 T = TypeVar("T")
@@ -70,6 +74,8 @@ class Reconciler:
     _providers: dict[tuple[str, str | None], Prometheus] = field(default_factory=dict)
     _written_over: dict[Key, str] = field(default_factory=dict)
     """The resourceVersion our last status write replaced, per object: a cache still at it is behind."""
+    _capacity_denied: bool = False
+    """The operator was refused listing nodes or pods, and said so (once: a process has one Reconciler)."""
 
     def _prometheus_url(self, sdep: SpeculativeDeployment) -> str | None:
         return sdep.spec.prometheus.url or self.default_prometheus_url
@@ -155,6 +161,11 @@ class Reconciler:
         if (decision.analysis_due or decision.candidate_analyses_due) and url is not None:
             observation = await self._analyses(sdep, url, decision, observation)
             decision = decide(sdep.spec, sdep.status, observation)
+        if decision.capacity_due is not None:
+            gpu_room = await self._blocking(self._room, key, sdep, decision.capacity_due)
+            if gpu_room is not None:  # None: the observation is as it was, and so is the decision
+                observation = replace(observation, room=gpu_room)
+                decision = decide(sdep.spec, sdep.status, observation)
         if decision.fleet_look_due and url is not None:
             look = await self._look(sdep, url, decision.status, observation.now)
             decision = decide(sdep.spec, sdep.status, replace(observation, fleet_look=look))
@@ -179,6 +190,35 @@ class Reconciler:
             analysis = await self._blocking(analyze, provider, sdep, status, now)
         slices = {i: await self._blocking(analyze_candidate, provider, sdep, status, now, i) for i in due}
         return replace(observation, analysis=analysis, candidate_analyses=slices)
+
+    def _room(self, key: Key, sdep: SpeculativeDeployment, request: GpuRequest) -> GpuRoom | None:
+        """What the nodes have free for the pods the decision is about to ask for, or None when the nodes
+        cannot be read: then the decision stands as it was, and a canary that does not fit is told by the
+        scheduler's message once its pods are Pending. Two cluster-wide lists, only when a decision asks
+        (before a step creates pods), never a watch. Runs in a thread; never raises."""
+        listing = "nodes"
+        try:
+            nodes = self.kube.list_nodes()
+            listing = "pods in all namespaces"
+            pods = self.kube.list_pods_on_nodes()
+            return room(sdep.spec, request, nodes, pods)
+        except ForbiddenError as error:
+            if not self._capacity_denied:  # a missing RBAC rule stays missing: say it once, not per reconcile
+                self._capacity_denied = True
+                logger.warning(
+                    "capacity check off: listing %s was refused (%s); the operator needs %s. Until then a "
+                    "canary step that does not fit is told by the scheduler's message only",
+                    listing,
+                    _said(error),
+                    CAPACITY_RBAC,
+                )
+            return None
+        except (ApiException, HTTPError, OSError) as error:
+            logger.warning("%s/%s: capacity check skipped: %s", *key, _said(error))
+            return None
+        except Exception:  # a bug in the count must not stop a rollout: the scheduler still speaks
+            logger.exception("%s/%s: capacity check failed", *key)
+            return None
 
     async def _look(
         self, sdep: SpeculativeDeployment, url: str, status: SpeculativeDeploymentStatus, now: datetime
@@ -439,6 +479,13 @@ def _error(status: SpeculativeDeploymentStatus, now: datetime, reason: str, cand
         measured = next(c for c in status.experiment.candidates if c.index == candidate)
         revision, step, look = measured.revision, 0, measured.looks + 1
     return Analysis(time=now, revision=revision, step=step, look=look, verdict=Verdict.ERROR, reasons=[reason[:1000]])
+
+
+def _said(error: Exception) -> str:
+    """An API error as `403 Forbidden`, anything else by its type (a connection error's text is long)."""
+    if isinstance(error, ApiException):
+        return f"API error {error.status} {error.reason}"
+    return type(error).__name__
 
 
 def _with_problem(observation: Observation, problem: str) -> Observation:

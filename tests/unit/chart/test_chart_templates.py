@@ -42,6 +42,10 @@ CRD_DISCOVERY = {
     "resources": ["customresourcedefinitions"],
     "verbs": ["list", "watch"],
 }
+NODES_READ = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]}
+"""The capacity check (specfleet.capacity): the nodes' labels, taints, conditions and allocatable GPUs."""
+PODS_LISTED = {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}
+"""The capacity check: what the pods bound to those nodes request, in every namespace."""
 
 
 @pytest.fixture(scope="module")
@@ -145,7 +149,7 @@ def test_image_is_the_app_version_unless_a_tag_or_digest_is_given(helm: Path) ->
 def test_cluster_wide_rbac_is_exactly_what_the_operator_uses(helm: Path) -> None:
     manifests = render(helm)
     role = only(manifests, "ClusterRole")
-    assert role["rules"] == [*NAMESPACED_RULES, CRD_DISCOVERY]
+    assert role["rules"] == [*NAMESPACED_RULES, CRD_DISCOVERY, NODES_READ]  # pods: listed cluster-wide already
     binding = only(manifests, "ClusterRoleBinding")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "sf-specfleet", "namespace": "ops"}]
     assert not by_kind(manifests, "Role") and not by_kind(manifests, "RoleBinding")
@@ -157,11 +161,31 @@ def test_watch_namespaces_get_a_role_each_and_nothing_namespaced_cluster_wide(he
     assert {r["metadata"]["namespace"] for r in roles} == {"team-a", "team-b"}
     assert all(r["rules"] == NAMESPACED_RULES for r in roles)
     assert {b["metadata"]["namespace"] for b in by_kind(manifests, "RoleBinding")} == {"team-a", "team-b"}
-    cluster_role = only(manifests, "ClusterRole")
-    assert cluster_role["rules"] == [
-        CRD_DISCOVERY,
-        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
-    ]
+    cluster_roles = {r["metadata"]["name"]: r["rules"] for r in by_kind(manifests, "ClusterRole")}
+    assert cluster_roles == {
+        "sf-specfleet-discovery": [
+            CRD_DISCOVERY,
+            {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
+        ],
+        "sf-specfleet-capacity": [NODES_READ, PODS_LISTED],  # read-only: no watch, no Secret, no write
+    }
+    bindings = {b["metadata"]["name"]: b for b in by_kind(manifests, "ClusterRoleBinding")}
+    assert set(bindings) == set(cluster_roles)
+    for name, binding in bindings.items():
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name}
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "sf-specfleet", "namespace": "ops"}]
+
+
+@pytest.mark.parametrize("scope", [[], ["--set", "watchNamespaces={team-a}"]], ids=["cluster-wide", "namespaced"])
+def test_capacity_check_off_reads_no_nodes(helm: Path, scope: list[str]) -> None:
+    """`capacityCheck: false`: no rule on nodes anywhere, and pods only as the watched namespaces allow."""
+    manifests = render(helm, *scope, "--set", "capacityCheck=false")
+    roles = [*by_kind(manifests, "ClusterRole"), *by_kind(manifests, "Role")]
+    assert not [rule for role in roles for rule in role["rules"] if "nodes" in rule["resources"]]
+    assert not any(m["metadata"]["name"].endswith("-capacity") for m in manifests)
+    if scope:
+        cluster_rules = [rule for role in by_kind(manifests, "ClusterRole") for rule in role["rules"]]
+        assert not [rule for rule in cluster_rules if "pods" in rule["resources"]]
 
 
 def test_secrets_only_when_prometheus_auth_is_on_and_narrowed_to_names(helm: Path) -> None:

@@ -6,22 +6,27 @@ Error verdict, not an exception; a retiring canary is kept until its traffic is 
 import asyncio
 import logging
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
-from kubernetes.dynamic.exceptions import ConflictError
+from kubernetes.dynamic.exceptions import ConflictError, ForbiddenError
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.status import Phase, SpeculativeDeploymentStatus
 from specfleet.api.vocabulary import LABEL_NAME, LABEL_REVISION, LABEL_TRACK, Track
+from specfleet.controller import reconciler as reconciler_module
 from specfleet.controller.kube import SecretError
 from specfleet.controller.queue import WorkQueue
 from specfleet.controller.reconciler import Reconciler
 from specfleet.controller.store import Store
+from specfleet.hardware import GPU_RESOURCE, MI300X, PRODUCT_NAME_LABEL
 from specfleet.render.manifests import deployment, revision
+from specfleet.rollout import Decision, Observation, decide
+from specfleet.rollout.types import GpuRequest, GpuRoom
 
 from bad_specs import BASE, merged
 
@@ -30,14 +35,28 @@ KEY = ("default", "llama-eagle3")
 STEPS = {"steps": [{"weight": 50, "pause": {}}], "analysis": {"interval": "1m"}}
 
 
+FORBIDDEN = ForbiddenError(ApiException(status=403, reason="Forbidden"))
+
+
 class RecordingKube:
     """Records every write; answers reads from nothing; can be told to refuse the status write."""
 
-    def __init__(self, status_conflict: bool = False, secret_error: str | None = None) -> None:
+    def __init__(
+        self,
+        status_conflict: bool = False,
+        secret_error: str | None = None,
+        nodes: list[dict[str, Any]] | Exception | None = None,
+        cluster_pods: list[dict[str, Any]] | Exception | None = None,
+    ) -> None:
         self.writes: list[tuple[str, ...]] = []
         self.status_writes: list[tuple[dict[str, Any], str | None]] = []
         self.status_conflict, self.secret_error = status_conflict, secret_error
         self.events: list[str] = []
+        self.nodes: list[dict[str, Any]] | Exception = FORBIDDEN if nodes is None else nodes
+        """Without nodes given, listing them is refused (as with `capacityCheck: false`): no room is known,
+        so a capacity check changes no decision."""
+        self.cluster_pods: list[dict[str, Any]] | Exception = [] if cluster_pods is None else cluster_pods
+        self.lists: list[str] = []
 
     def apply(self, manifest: dict[str, Any]) -> None:
         self.writes.append(("apply", manifest["kind"], manifest["metadata"]["name"]))
@@ -73,6 +92,18 @@ class RecordingKube:
 
     def post_event(self, involved: dict[str, Any], event_type: str, reason: str, message: str) -> None:
         self.events.append(reason)
+
+    def list_nodes(self) -> list[dict[str, Any]]:
+        self.lists.append("Node")
+        if isinstance(self.nodes, Exception):
+            raise self.nodes
+        return self.nodes
+
+    def list_pods_on_nodes(self) -> list[dict[str, Any]]:
+        self.lists.append("Pod")
+        if isinstance(self.cluster_pods, Exception):
+            raise self.cluster_pods
+        return self.cluster_pods
 
 
 def body(status: SpeculativeDeploymentStatus | None = None, **spec: Any) -> dict[str, Any]:
@@ -268,3 +299,95 @@ def test_a_retiring_canary_is_deleted_only_after_the_service_is_seen_without_it(
     kube = RecordingKube()
     reconcile(kube, store)
     assert ("delete", "Deployment", f"{sdep.metadata.name}-canary") in kube.writes
+
+
+# issue 26, point 2: the capacity check before a canary step creates pods
+
+GPU_NODE = {
+    "metadata": {"name": "gpu-1", "labels": {PRODUCT_NAME_LABEL: MI300X.product_name}},
+    "spec": {"taints": [{"key": GPU_RESOURCE, "effect": "NoSchedule"}]},
+    "status": {"allocatable": {GPU_RESOURCE: "8"}, "conditions": [{"type": "Ready", "status": "True"}]},
+}
+BUSY = {"spec": {"nodeName": "gpu-1", "containers": [{"resources": {"limits": {GPU_RESOURCE: "6"}}}]}}
+REQUEST = GpuRequest(pods=1, per_pod=4, resource=GPU_RESOURCE, products=(MI300X.product_name,))
+
+
+class Decisions:
+    """Stands in for `decide` in the reconciler: the real decision, asking for a capacity check while the
+    observation has no room (the state machine's side is not what is tested here); records what it saw."""
+
+    def __init__(self, ask: bool = True) -> None:
+        self.ask = ask
+        self.rooms: list[GpuRoom | None] = []
+
+    def __call__(self, spec: Any, status: Any, observation: Observation) -> Decision:
+        self.rooms.append(observation.room)
+        decision = decide(spec, status, observation)
+        return replace(decision, capacity_due=REQUEST) if self.ask and observation.room is None else decision
+
+
+def test_a_capacity_check_lists_nodes_and_pods_and_decides_again_with_the_room(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store, _ = canary_world()
+    decisions = Decisions()
+    monkeypatch.setattr(reconciler_module, "decide", decisions)
+    kube = RecordingKube(nodes=[GPU_NODE], cluster_pods=[BUSY])
+    reconcile(kube, store)
+    assert kube.lists == ["Node", "Pod"]
+    first, second = decisions.rooms[:2]
+    assert first is None and second == GpuRoom(request=REQUEST, free=2, fitting=0, nodes=1)
+    assert kube.status_writes  # the reconcile went on to its writes
+
+
+def test_no_capacity_check_unless_a_decision_asks(monkeypatch: pytest.MonkeyPatch) -> None:
+    store, _ = canary_world()
+    decisions = Decisions(ask=False)
+    monkeypatch.setattr(reconciler_module, "decide", decisions)
+    kube = RecordingKube(nodes=[GPU_NODE], cluster_pods=[BUSY])
+    reconcile(kube, store)
+    assert kube.lists == [] and set(decisions.rooms) == {None}
+
+
+@pytest.mark.parametrize("refused", ["nodes", "pods in all namespaces"])
+def test_no_rbac_for_nodes_or_pods_is_one_warning_per_process_and_no_room(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, refused: str
+) -> None:
+    store, _ = canary_world()
+    decisions = Decisions()
+    monkeypatch.setattr(reconciler_module, "decide", decisions)
+    kube = RecordingKube(nodes=FORBIDDEN if refused == "nodes" else [GPU_NODE], cluster_pods=FORBIDDEN)
+    reconciler = Reconciler(kube, store, WorkQueue(), clock=lambda: NOW)  # type: ignore[arg-type]
+    with caplog.at_level(logging.INFO, logger="specfleet.reconciler"):
+        for version in ("10", "20", "30"):
+            store.put_sdep(merged(store.sdeps[KEY], {"metadata": {"resourceVersion": version}}), deleted=False)
+            reconcile(kube, store, reconciler)
+    (warning,) = [r for r in caplog.records if "capacity" in r.getMessage()]
+    assert warning.levelno == logging.WARNING and warning.exc_info is None
+    message = warning.getMessage()
+    assert f"listing {refused} was refused (API error 403 Forbidden)" in message
+    assert "get, list on nodes and list on pods in all namespaces" in message and "capacityCheck" in message
+    assert set(decisions.rooms) == {None} and len(kube.status_writes) == 3  # every pass went on without a room
+    assert kube.lists.count("Node") == 3  # asked again each time: RBAC granted later is used at once
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ApiException(status=500, reason="Internal Server Error"),
+        MaxRetryError(None, "/api/v1/nodes", NewConnectionError(None, "Connection refused")),  # type: ignore[arg-type]
+        TypeError("a bug in the count"),
+    ],
+)
+def test_a_capacity_check_that_fails_never_stops_the_reconcile(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, error: Exception
+) -> None:
+    store, _ = canary_world()
+    decisions = Decisions()
+    monkeypatch.setattr(reconciler_module, "decide", decisions)
+    kube = RecordingKube(nodes=[GPU_NODE], cluster_pods=error)
+    with caplog.at_level(logging.INFO, logger="specfleet.reconciler"):
+        after = reconcile(kube, store)
+    assert after is not None and kube.status_writes and set(decisions.rooms) == {None}
+    (record,) = [r for r in caplog.records if "capacity check" in r.getMessage()]
+    assert record.levelno >= logging.WARNING and f"{KEY[0]}/{KEY[1]}" in record.getMessage()
