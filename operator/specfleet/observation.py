@@ -81,6 +81,10 @@ def controlled_by(obj: Raw, uid: str | None) -> bool:
     return uid is not None and any(ref.get("uid") == uid and ref.get("controller") for ref in refs)
 
 
+DONE = ("Succeeded", "Failed")
+"""Pod phases whose containers have ended: such a pod holds no GPU even while it is still on its node."""
+
+
 def _pod_status(pod: Raw) -> Raw:
     status = pod.get("status")
     return status if isinstance(status, Mapping) else {}
@@ -139,8 +143,11 @@ def track_observation(deployment: Raw | None, pods: Iterable[Raw]) -> TrackObser
     and which of their containers crashed (restarted or were OOM-killed)."""
     pods = list(pods)
     pending = next((m for m in (_unschedulable(p) for p in pods) if m), "")
+    on_nodes = [p for p in pods if (p.get("spec") or {}).get("nodeName") and _pod_status(p).get("phase") not in DONE]
+    terminating = sum(1 for p in on_nodes if p.get("metadata", {}).get("deletionTimestamp"))
+    placed = len(on_nodes) - terminating
     if deployment is None:
-        return TrackObservation(unschedulable=pending)
+        return TrackObservation(unschedulable=pending, placed=placed, terminating=terminating)
     template_labels = deployment.get("spec", {}).get("template", {}).get("metadata", {}).get("labels") or {}
     current = template_labels.get(LABEL_REVISION)
     current_pods = [p for p in pods if p["metadata"].get("labels", {}).get(LABEL_REVISION) == current]
@@ -162,6 +169,10 @@ def track_observation(deployment: Raw | None, pods: Iterable[Raw]) -> TrackObser
         revision=current,
         ready=ready,
         settled=settled,
+        replicas=_count(wanted),
+        serving=len(serving),
+        placed=placed,
+        terminating=terminating,
         unschedulable=pending,
         crashes=crashes,
         always_served=always_served,

@@ -777,6 +777,20 @@ class SpeculativeDeploymentSpec(ApiModel):
         holdback = self.rollout.holdback
         return holdback.replicas if holdback is not None and self.replicas > holdback.replicas else 0
 
+    def move_limits(self) -> tuple[int, int] | None:
+        """(`rollout.maxSurge`, `rollout.maxUnavailable`) as pods of `main_replicas`; None when maxSurge is unset
+        (a step's canary pods go on top of `replicas`).
+
+        Both rounding to 0 (small percentages of few replicas) would let nothing move: one pod may then be
+        unavailable, as a Deployment's rolling update does.
+        """
+        rollout, total = self.rollout, self.main_replicas
+        if rollout.max_surge is None:
+            return None
+        surge = pod_count(rollout.max_surge, total, round_up=True)
+        unavailable = pod_count(rollout.max_unavailable, total, round_up=False)
+        return surge, unavailable if surge or unavailable else 1
+
     @property
     def main_replicas(self) -> int:
         """Replicas that serve the fleet's own config (stable, and the canary's share of them)."""

@@ -231,6 +231,15 @@ def pod_template(
     return {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod_spec}
 
 
+def rolling_update(spec: SpeculativeDeploymentSpec) -> Manifest:
+    """How a track's Deployment replaces its own pods (a promotion changes stable's template in place): one
+    new pod at a time on top, or within `rollout.maxSurge` / `maxUnavailable` when they are set, so that a
+    promotion on a full GPU pool asks for no GPU the fleet does not hold."""
+    limits = spec.move_limits()
+    surge, unavailable = limits if limits is not None else (1, 0)
+    return {"maxSurge": surge, "maxUnavailable": unavailable}
+
+
 def deployment(
     sdep: SpeculativeDeployment,
     track: Track,
@@ -252,7 +261,7 @@ def deployment(
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": selector},
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": rolling_update(sdep.spec)},
             "revisionHistoryLimit": 2,
             "progressDeadlineSeconds": deadline,
             "template": pod_template(sdep, track, rev, always_served, candidate),

@@ -14,8 +14,9 @@ from specfleet.api.status import Analysis, Outcome, Phase, PreflightStatus, Verd
 from specfleet.api.vocabulary import PROMOTE_FULL, Command, ConditionType
 from specfleet.render.manifests import canary_replicas
 from specfleet.rollout.lifecycle import FRESH_EVIDENCE, abort, fail_canary, promote, step_label
+from specfleet.rollout.moves import budget
 from specfleet.rollout.state import Decided, Pass
-from specfleet.rollout.types import PreflightState, TrackObservation
+from specfleet.rollout.types import GpuRequest, PreflightState, TrackObservation
 
 Transition = Callable[[Pass], Pass | Decided]
 
@@ -172,9 +173,11 @@ def crash_reason(p: Pass, track: TrackObservation, accepted: int | None = None, 
     return ""
 
 
-def _wanted(p: Pass) -> int:
-    """The current step's canary replicas."""
-    return canary_replicas(p.spec.main_replicas, p.spec.rollout.steps[p.status.current_step or 0].weight)
+def step_replicas(p: Pass) -> int:
+    """The current step's canary replicas; when pods move within maxSurge, stable keeps one to compare with."""
+    total = p.spec.main_replicas
+    wanted = canary_replicas(total, p.spec.rollout.steps[p.status.current_step or 0].weight)
+    return min(wanted, total - 1) if budget(p.spec) is not None and total > 1 else wanted
 
 
 def _wait_for_canary(p: Pass) -> Pass | Decided:
@@ -185,7 +188,7 @@ def _wait_for_canary(p: Pass) -> Pass | Decided:
     canary pods keep their traffic once the canary has served (a later step, or after a crash), so
     capacity does not drop while the new step's pods load.
     """
-    spec, obs, status, wanted = p.spec, p.obs, p.status, _wanted(p)
+    spec, obs, status, wanted = p.spec, p.obs, p.status, step_replicas(p)
     if obs.canary.revision == status.canary_revision and obs.canary.ready >= wanted:
         return p
     if status.step_ready_at is not None:
@@ -199,13 +202,52 @@ def _wait_for_canary(p: Pass) -> Pass | Decided:
         detail = f": {obs.canary.unschedulable}" if obs.canary.unschedulable else ""
         reason = f"ProgressDeadlineExceeded: canary not Ready within {spec.rollout.progress_deadline}{detail}"
         return Decided(abort(p, Outcome.ABORTED, reason))
-    served = status.canary_weight > 0  # the canary was serving before this pass: it keeps its Ready pods
-    waiting = obs.canary.unschedulable or f"{obs.canary.ready}/{wanted} canary replicas ready"
-    return Decided(
-        p.but(canary_traffic=served and obs.canary.revision == status.canary_revision and obs.canary.ready > 0)
-        .in_phase(Phase.PROGRESSING, True, "CanaryStarting", waiting)
-        .waking_at(deadline)
-    )
+    # The canary keeps its Ready pods' traffic once it has served; when pods move within maxSurge, each
+    # Ready pod serves at once (the pods stable gave up for it are not serving either).
+    moving = budget(spec) is not None
+    served = status.canary_weight > 0 or moving
+    p = p.but(canary_traffic=served and obs.canary.revision == status.canary_revision and obs.canary.ready > 0)
+    reason, waiting = "CanaryStarting", obs.canary.unschedulable or f"{obs.canary.ready}/{wanted} canary replicas ready"
+    request = _capacity_request(p, wanted, moving)
+    room = obs.room if request is not None and obs.room is not None and obs.room.request == request else None
+    if room is not None and not room.fits:
+        said = any(c.type == ConditionType.PROGRESSING and c.reason == NO_ROOM for c in status.conditions)
+        reason, waiting = NO_ROOM, f"{room.describe()}; {_room_advice(p)}"
+        p = p if said else p.with_event(NO_ROOM, f"canary {status.canary_revision}: {waiting}", warning=True)
+    return Decided(p.but(capacity_due=request).in_phase(Phase.PROGRESSING, True, reason, waiting).waking_at(deadline))
+
+
+NO_ROOM = "InsufficientCapacity"
+"""The reason (condition and event) for canary pods that the nodes have no room for."""
+
+
+def _capacity_request(p: Pass, wanted: int, moving: bool) -> GpuRequest | None:
+    """The canary pods that have no node yet, whose room the shell should check; None when all have one.
+
+    With pods on top of `replicas`, that is every pod of the step not placed. When pods move within
+    maxSurge, the canary only asks for GPUs stable has given up, so the check is for a canary pod left
+    Pending once nothing is terminating: another pod took the GPUs stable released.
+    """
+    obs, spec = p.obs, p.spec
+    canary = obs.canary if obs.canary.revision == p.status.canary_revision else TrackObservation()
+    if not moving:
+        pods = wanted - canary.placed
+    elif canary.unschedulable and not canary.terminating and not obs.stable.terminating:
+        pods = canary.replicas - canary.placed
+    else:
+        pods = 0
+    accelerator = spec.accelerator
+    products = tuple(accelerator.product_names)
+    return GpuRequest(pods, spec.gpus_per_replica, accelerator.resource_name, products) if pods > 0 else None
+
+
+def _room_advice(p: Pass) -> str:
+    limits = budget(p.spec)
+    if limits is None:
+        return "set rollout.maxSurge: 0 to swap stable pods for canary pods instead"
+    if limits.surge == 0:
+        return "another pod took the GPUs stable gave up: stable gives up no more pods until the canary's are placed"
+    return f"the {limits.surge} pods of rollout.maxSurge do not fit: set it lower (0 swaps stable pods for canary pods)"
 
 
 def _serve(p: Pass) -> Pass:

@@ -12,10 +12,11 @@ from specfleet.api.status import Outcome, Phase, SpeculativeDeploymentStatus
 from specfleet.api.vocabulary import Command, ConditionType, command_target
 from specfleet.autotune.candidates import base_spec
 from specfleet.render.manifests import canary_replicas, revision
-from specfleet.rollout.canary import progress_canary, start_canary
+from specfleet.rollout.canary import progress_canary, start_canary, step_replicas
 from specfleet.rollout.experiment import run_experiment, slice_replicas
 from specfleet.rollout.holdback import holdback_target, holdback_weight, keep_holdback
 from specfleet.rollout.lifecycle import drain, retire_canary
+from specfleet.rollout.moves import Budget, TrackPods, budget, move
 from specfleet.rollout.state import Decided, Pass
 from specfleet.rollout.tuning import look_at_fleet, tuned_revision
 from specfleet.rollout.types import Decision, Observation, TrackTarget, live_canary
@@ -229,6 +230,9 @@ def _route_weight(p: Pass) -> int:
         return 100 if status.retiring_revision is not None else 0  # stable has nothing Ready
     if status.current_step is None or status.canary_revision == status.stable_revision:
         return 0
+    if status.step_ready_at is None and budget(p.spec) is not None:  # pods move one by one: their share
+        serving = p.obs.canary.serving + p.obs.stable.serving
+        return round(100 * p.obs.canary.serving / serving) if serving else 0
     index = status.current_step if status.step_ready_at is not None else max(0, status.current_step - 1)
     return steps[index].weight
 
@@ -264,6 +268,9 @@ def _canary_target(p: Pass) -> tuple[TrackTarget | None, int]:
     on top of `replicas`.
     """
     spec, status, obs, total = p.spec, p.status, p.obs, p.spec.main_replicas
+    limits = budget(spec)
+    if limits is not None and not p.slices:
+        return _moved_targets(p, limits)[:2]
     if p.slices:  # stable gives way to the Ready pods of side-by-side slices, as it does to a canary's
         slice_pods = sum(min(ready, slice_replicas(spec)) for _, ready in _serving_slices(p))
         return None, max(1, total - slice_pods)
@@ -282,12 +289,45 @@ def _canary_target(p: Pass) -> tuple[TrackTarget | None, int]:
     return TrackTarget(status.canary_revision, config, wanted), stable_replicas
 
 
+def _moved_targets(p: Pass, limits: Budget) -> tuple[TrackTarget | None, int, int | None]:
+    """With `rollout.maxSurge` set: the canary's target, stable's replicas and a retiring canary's replicas,
+    each pass one `move` on from what the tracks have now (see `rollout.moves`).
+
+    A step moves pods from stable to the canary's share. A promotion lets stable's Deployment roll to the
+    new revision in place first (its own maxSurge / maxUnavailable, with the canary's pods serving beside
+    it), then moves the canary's pods back to stable. A retiring canary (rolled back, aborted, superseded
+    by the spec going back) gives its pods back to stable the same way, serving until stable alone covers
+    the floor of Ready pods (see `lifecycle.drain`).
+    """
+    status, obs, total = p.status, p.obs, p.spec.main_replicas
+    stable = TrackPods(obs.stable.replicas, obs.stable.serving, obs.stable.terminating)
+    canary_serving = obs.canary.serving if p.canary_traffic else 0
+    canary = TrackPods(obs.canary.replicas, canary_serving, obs.canary.terminating, bool(obs.canary.unschedulable))
+    revision = status.canary_revision
+    if revision is None or p.preflight_wanted:  # the canary's pods go back to stable (or there are none)
+        back = move(total, total, limits, giver=canary, taker=stable)
+        return None, back.taker, back.giver if status.retiring_revision is not None else None
+    config = p.served_spec(revision).serving()
+    if revision == status.stable_revision:  # promoting
+        rolled = obs.stable.revision == revision and obs.stable.settled
+        if not rolled:  # stable's own rolling update first, the canary serving beside it
+            held = obs.stable.replicas if obs.stable.revision is not None else total
+            return TrackTarget(revision, config, obs.canary.replicas), held, None
+        back = move(total, total, limits, giver=canary, taker=stable)
+        return TrackTarget(revision, config, back.giver), back.taker, None
+    assert status.current_step is not None
+    step = move(total, step_replicas(p), limits, giver=stable, taker=canary)
+    return TrackTarget(revision, config, step.taker), step.giver, None
+
+
 def _finish(p: Pass) -> Decision:
     """Turn the pass into targets: replica split, promotion overlap, wake-up time."""
     status, obs = p.status, p.obs
     assert status.stable_revision is not None and status.stable_serving is not None
     canary_target, stable_replicas = _canary_target(p)
     keep = canary_target is None and status.retiring_revision is not None
+    limits = budget(p.spec)
+    retiring = _moved_targets(p, limits)[2] if limits is not None and keep else None
     final = _with_replica_counts(p)
     wake = min(p.wake) - obs.now if p.wake else None
     holdback = holdback_target(p)
@@ -303,6 +343,8 @@ def _finish(p: Pass) -> Decision:
         fleet_look_due=p.fleet_look_due,
         route_weight=_route_weight(p),
         keep_canary=keep,
+        retiring_replicas=retiring,
+        capacity_due=p.capacity_due,
         preflight=_preflight_target(p),
         candidates=_slice_targets(p),
         candidate_analyses_due=p.candidate_analyses_due,

@@ -4,6 +4,7 @@ from specfleet.api.spec import FallbackAction
 from specfleet.api.status import Outcome, Phase, Verdict
 from specfleet.rollout.drift import reference_at_promotion
 from specfleet.rollout.holdback import holdback_at_promotion
+from specfleet.rollout.moves import budget
 from specfleet.rollout.state import Pass
 from specfleet.rollout.types import DRAIN
 
@@ -94,7 +95,11 @@ def retire_canary(p: Pass) -> Pass:
 
 
 def drain(p: Pass) -> Pass:
-    """A retiring canary: traffic off once stable has a Ready pod (never to nothing), deleted DRAIN later."""
+    """A retiring canary: traffic off once stable has a Ready pod (never to nothing), deleted DRAIN later.
+
+    With `rollout.maxSurge` set, its pods move back to stable first (`decide._moved_targets`) and it keeps
+    its traffic until stable's Ready pods alone cover `replicas - maxUnavailable`.
+    """
     status, now = p.status, p.obs.now
     if status.retiring_revision is None:
         return p
@@ -103,6 +108,10 @@ def drain(p: Pass) -> Pass:
     if status.traffic_off_at is None:
         if p.obs.stable.ready == 0:
             return p.but(canary_traffic=True)  # stable has nothing Ready: the canary keeps serving meanwhile
+        limits = budget(p.spec)
+        floor = p.spec.main_replicas - limits.unavailable if limits is not None else 0
+        if p.obs.canary.serving and p.obs.stable.serving < floor:  # its pods go back to stable one by one
+            return p.but(canary_traffic=True)
         p = p.with_status(traffic_off_at=now)
     p = p.but(canary_traffic=False)
     ends = p.status.traffic_off_at

@@ -8,7 +8,7 @@ from specfleet.api.spec import SpeculativeDeploymentSpec
 from specfleet.api.status import ConditionStatus, HistoryEntry, Outcome, Phase, SpeculativeDeploymentStatus
 from specfleet.api.vocabulary import Command, ConditionType, command_target
 from specfleet.autotune.candidates import spec_for_revision
-from specfleet.rollout.types import Event, Observation, live_canary, set_condition
+from specfleet.rollout.types import Event, GpuRequest, Observation, live_canary, set_condition
 
 
 def served_spec(
@@ -48,6 +48,8 @@ class Pass:
     """Side-by-side candidates whose analysis is due."""
     slices: tuple[int, ...] = ()
     """Side-by-side candidates whose Deployments stay this pass (measuring, or measured and still serving)."""
+    capacity_due: GpuRequest | None = None
+    """Pods the canary is about to ask for, whose room the shell should check (see `Decision.capacity_due`)."""
 
     def but(self, **changes: Any) -> "Pass":
         return replace(self, **changes)

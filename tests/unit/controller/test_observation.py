@@ -166,3 +166,23 @@ def test_each_side_by_side_slice_counts_only_its_own_pods() -> None:
     assert observation.candidates[0].settled
     assert (observation.candidates[1].ready, observation.candidates[1].settled) == (1, False)
     assert observation.stable.ready == 0 and observation.canary.ready == 0  # slice pods are no track's
+
+
+def test_pods_holding_gpus_are_counted_for_moves_between_tracks() -> None:
+    """Placed pods hold their GPUs, and so do deleted ones until they are gone; unplaced and finished ones do not."""
+
+    def on_node(p: dict[str, Any], phase: str = "Running", deleted: bool = False) -> dict[str, Any]:
+        meta = {**p["metadata"], **({"deletionTimestamp": "2026-12-01T00:00:00Z"} if deleted else {})}
+        return {**p, "metadata": meta, "spec": {"nodeName": "mi300x-0"}, "status": {**p["status"], "phase": phase}}
+
+    pods = [
+        on_node(pod("old")),  # an old-revision pod still serving while the Deployment rolls
+        on_node(pod("new")),
+        on_node(pod("new"), deleted=True),
+        on_node(pod("new", ready=False), phase="Succeeded"),
+        pod("new", ready=False, unschedulable="0/2 nodes are available: 2 Insufficient amd.com/gpu."),
+    ]
+    observed = track_observation(deployment("new", replicas=3), pods)
+    assert (observed.replicas, observed.ready, observed.serving) == (3, 1, 2)
+    assert (observed.placed, observed.terminating) == (2, 1)
+    assert track_observation(None, pods[2:3]).terminating == 1  # the Deployment is gone, its pods not yet

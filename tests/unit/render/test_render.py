@@ -298,3 +298,20 @@ def test_route_weights_touch_only_this_fleets_backends() -> None:
     assert during[0]["matches"] == rules[0]["matches"] and during[1] == rules[1]
     after = route_rules(sdep(), during, 0)
     assert after[0]["backendRefs"] == [{"name": "llama-eagle3-stable", "port": 8000, "weight": 100}]
+
+
+@pytest.mark.parametrize(
+    ("rollout", "expected"),
+    [
+        ({}, {"maxSurge": 1, "maxUnavailable": 0}),  # one new pod on top at a time, as before
+        ({"maxSurge": 0, "maxUnavailable": 2}, {"maxSurge": 0, "maxUnavailable": 2}),
+        ({"maxSurge": "25%", "maxUnavailable": "15%"}, {"maxSurge": 3, "maxUnavailable": 1}),  # of 10: up, down
+        ({"maxSurge": "0%", "maxUnavailable": "5%"}, {"maxSurge": 0, "maxUnavailable": 1}),  # both 0: one may go
+    ],
+)
+def test_a_promotion_replaces_stables_pods_within_the_fleets_budget(
+    rollout: dict[str, Any], expected: dict[str, int]
+) -> None:
+    fleet = sdep({"spec": {"replicas": 10, "rollout": rollout}})
+    manifest = deployment(fleet, Track.STABLE, revision(fleet.spec), 10)
+    assert manifest["spec"]["strategy"] == {"type": "RollingUpdate", "rollingUpdate": expected}
