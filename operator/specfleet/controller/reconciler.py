@@ -257,6 +257,7 @@ class Reconciler:
         version = self._write_status(key, body, sdep, decision.status)
         if not held:
             self._ensure_children(key, sdep, wanted, children, applied)
+            self._scale_retiring_canary(key, sdep, decision, children)
             self._set_canary_route_weights(sdep, decision)
             self._prune_children(key, sdep, decision, wanted, children)
             self._reconcile_preflight(key, sdep, decision.preflight, children.get("Job", {}))
@@ -298,6 +299,20 @@ class Reconciler:
             name = manifest["metadata"]["name"]
             if not (manifest["kind"] == "Service" and name in applied):
                 self._ensure(key, sdep, manifest, children.get(manifest["kind"], {}).get(name))
+
+    def _scale_retiring_canary(
+        self, key: Key, sdep: SpeculativeDeployment, decision: Decision, children: dict[str, dict[str, Any]]
+    ) -> None:
+        """A retiring canary whose pods move back to stable one by one (`rollout.maxSurge` set) keeps the
+        replicas the decision gives it: only that field changes, its template stays the one it was."""
+        if not decision.keep_canary or decision.retiring_replicas is None:
+            return
+        observed = children.get("Deployment", {}).get(child_name(sdep, Track.CANARY))
+        if observed is None or not controlled_by(observed, sdep.metadata.uid):
+            return
+        if observed.get("spec", {}).get("replicas") != decision.retiring_replicas:
+            body = {"spec": {"replicas": decision.retiring_replicas}}
+            self.kube.merge_patch("apps/v1", "Deployment", key[0], observed["metadata"]["name"], body)
 
     def _set_canary_route_weights(self, sdep: SpeculativeDeployment, decision: Decision) -> None:
         """After the children: the HTTPRoute sends traffic to the canary or the holdback only once their
