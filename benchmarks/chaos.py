@@ -11,6 +11,8 @@ What each kind has, and its undisturbed outcome:
     turns-bad   alpha 0.8, turned to 0.3 once its canary is live  -> RolledBack
     a-a         the stable config, one environment variable more -> Promoted
     never-ready wants an MI355X node the cluster does not have    -> Aborted (progress deadline)
+    swap        EAGLE-3 as good, on a full pool of its own (two    -> Promoted
+                replicas on a 2-GPU node): maxSurge 0 swaps pods
 
 Faults, one every `--fault-every` seconds on average: SIGKILL of the operator's leader or of its standby
 (restarted a moment later), Prometheus stopped (SIGSTOP) for 30 s-3 min, the API server or etcd
@@ -63,6 +65,7 @@ import yaml
 
 from specfleet.api.vocabulary import GROUP, LABEL_NAME, LABEL_REVISION, LABEL_TRACK, PLURAL, VERSION, Track
 from specfleet.devcluster.gateway import install_httproute_crd
+from specfleet.devcluster.nodes import pool_of_its_own
 
 from benchkit import cluster_session, free_port, one_replica_fleet
 
@@ -72,7 +75,10 @@ EXPECTED = {
     "turns-bad": "RolledBack",
     "a-a": "Promoted",
     "never-ready": "Aborted",
+    "swap": "Promoted",
 }
+SWAP_REPLICAS = 2
+"""A swap fleet's replicas: every GPU of its own node (`pool_of_its_own`)."""
 GOOD_DRAFTER = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
 PLAIN = {"method": "none"}
 EAGLE3 = {"method": "eagle3", "model": GOOD_DRAFTER, "revision": "main", "numSpeculativeTokens": 4}
@@ -107,7 +113,7 @@ COMPONENT_FAULTS = ("restart-kube-apiserver", "restart-etcd")
 
 def canary_spec(kind: str, name: str) -> dict[str, Any]:
     """The spec change that makes the canary of a fleet of `kind` (its stable is plain, one MI300X GPU)."""
-    if kind == "good":
+    if kind in ("good", "swap"):
         return {"speculative": EAGLE3}
     if kind == "bad":
         return {"speculative": {**EAGLE3, "model": f"bad/{name}"}}
@@ -171,7 +177,25 @@ def initial_fleet(canary: "Canary") -> dict[str, Any]:
         rollout = {**ROLLOUT, "steps": [{"weight": 50, "pause": {"duration": "3m"}}]}
     if canary.routed:
         rollout = {**rollout, "trafficRouting": {"httpRoute": {"name": canary.name}}}
+    if canary.kind == "swap":
+        rollout = {**rollout, "maxSurge": 0, "maxUnavailable": 1}
+        accelerator = {"productNames": [full_pool_product(canary.name)]}
+        return one_replica_fleet(
+            canary.name, PLAIN, replicas=SWAP_REPLICAS, rollout=rollout, engine={"tensorParallelSize": 1},
+            accelerator=accelerator,
+        )  # fmt: skip
     return one_replica_fleet(canary.name, PLAIN, rollout=rollout, engine={"tensorParallelSize": 1})
+
+
+def full_pool_product(name: str) -> str:
+    """The product name of a swap fleet's own node: no other fleet accepts it."""
+    return f"AMD_Instinct_MI300X_OAM_{name}"
+
+
+def full_pool(canary: "Canary") -> list[dict[str, Any]]:
+    """The node a swap fleet fills: one, with exactly its replicas' GPUs."""
+    index = int(canary.name[1:4])
+    return pool_of_its_own(f"full-{canary.name}", full_pool_product(canary.name), 1, SWAP_REPLICAS, network=index)
 
 
 def route(name: str, weights: dict[str, int] | None = None) -> dict[str, Any]:
@@ -571,6 +595,8 @@ def drive(args: argparse.Namespace, canaries: list[Canary], custom: Any, core: A
                     if c.routed:
                         created(custom.create_namespaced_custom_object, *HTTPROUTE, namespace, "httproutes",
                                 route(c.name))  # fmt: skip
+                    for node in full_pool(c) if c.kind == "swap" else ():
+                        created(core.create_node, node)
                     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, initial_fleet(c))
                     c.state, c.started = "starting", time.monotonic()
                     active.append(c)
@@ -612,6 +638,8 @@ def drive(args: argparse.Namespace, canaries: list[Canary], custom: Any, core: A
                     custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, c.name)
                     if c.routed:
                         custom.delete_namespaced_custom_object(*HTTPROUTE, namespace, "httproutes", c.name)
+                    for node in full_pool(c) if c.kind == "swap" else ():
+                        core.delete_node(node["metadata"]["name"])
                 c.state = "done"
                 print(f"{c.name}: {c.outcome} {'OK' if not c.violations else c.violations}", file=sys.stderr)
         time.sleep(1)

@@ -6,6 +6,9 @@ replicas that fills them. Without `maxSurge` a change cannot fit and status says
 while a watcher counts the Ready pods every second.
 """
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -14,8 +17,7 @@ from typing import Any
 import kubernetes
 import pytest
 
-from specfleet.devcluster.nodes import NodeGroup, NodePool, node_manifests
-from specfleet.hardware import PRODUCT_NAME_LABEL
+from specfleet.devcluster.nodes import pool_of_its_own
 
 from fleetkit import EAGLE3_K5, ROLLOUT, Fleet, Operator, Simulator, sdep, wait_for
 
@@ -31,18 +33,12 @@ def product(k8s_api: kubernetes.client.ApiClient, namespace: str) -> Iterator[st
     """Two kwok nodes with 8 GPUs each, of a product name no other test's fleet accepts."""
     product = f"AMD_Instinct_MI300X_OAM_{namespace}"
     core = kubernetes.client.CoreV1Api(k8s_api)
-    names = []
-    for index, node in enumerate(node_manifests(NodePool((NodeGroup("MI300X", 2, 8),)))):
-        name = f"{namespace}-{index}"
-        cidr = f"10.127.{200 + index}.0/24"  # apart from the dev cluster's own nodes' pod networks
-        node["metadata"]["name"] = name
-        node["metadata"]["labels"].update({"kubernetes.io/hostname": name, PRODUCT_NAME_LABEL: product})
-        node["spec"] = {"podCIDR": cidr, "podCIDRs": [cidr]}
+    nodes = pool_of_its_own(namespace, product, network=int(namespace.removeprefix("test-")[:2], 16))
+    for node in nodes:
         core.create_node(node)
-        names.append(name)
     yield product
-    for name in names:
-        core.delete_node(name)
+    for node in nodes:
+        core.delete_node(node["metadata"]["name"])
 
 
 def fleet_of(product: str, **rollout: Any) -> dict[str, Any]:
@@ -99,6 +95,10 @@ def test_without_max_surge_a_change_that_cannot_fit_says_so_at_once(
     print(f"InsufficientCapacity {said_after:.1f} s after the change: {condition['message']}")
     assert said_after <= 10
     assert condition["message"].startswith(f"needs 4 amd.com/gpu on {product} nodes, 0 free; set rollout.maxSurge: 0")
+    command = [sys.executable, "-m", "specfleet.cli", "status", "llama", "-n", fleet.namespace, "--kubeconfig",
+               str(fleet.cluster.kubeconfig)]  # fmt: skip
+    shown = subprocess.run(command, capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "300"})
+    assert "InsufficientCapacity: needs 4 amd.com/gpu" in shown.stdout, shown.stdout + shown.stderr
 
 
 def test_with_max_surge_0_a_good_config_is_promoted_and_a_bad_drafter_rolled_back_by_swapping_pods(
@@ -130,3 +130,41 @@ def test_with_max_surge_0_a_good_config_is_promoted_and_a_bad_drafter_rolled_bac
         lowest = watch.stop()
     assert watch.samples > 30
     assert lowest >= REPLICAS - UNAVAILABLE
+
+
+@pytest.mark.parametrize("mode", ["surge", "swap"])
+def test_replicas_scaled_up_and_down_mid_canary_move_the_share_and_the_canary_is_judged_to_its_end(
+    guarded_operator: Operator, simulator: Simulator, fleet: Fleet, product: str, mode: str
+) -> None:
+    """`kubectl scale sdep` (as an HPA or KEDA writes replicas) while the canary is at its second step."""
+    steps = [{"weight": 25, "pause": {"duration": "1s"}}, {"weight": 50, "pause": {"duration": "2m"}}]
+    budget = {"maxSurge": 0, "maxUnavailable": 1} if mode == "swap" else {}
+    document = fleet_of(product, **budget, steps=steps)
+    document["spec"]["replicas"] = 8
+    fleet.apply(document)
+    stable = wait_for("Healthy", fleet.phase_is("llama", "Healthy"), timeout=120)["stableRevision"]
+    fleet.patch_spec("llama", {"speculative": {**EAGLE3_K5, "numSpeculativeTokens": 4}})
+    at_second_step = wait_for("the second step", lambda: fleet.status("llama").get("currentStep") == 1, timeout=300)
+    assert at_second_step
+
+    def canary_ready(pods: int) -> Any:
+        return lambda: fleet.status("llama").get("readyReplicas", {}).get("canary") == pods
+
+    for replicas, share in ((10, 5), (6, 3)):  # 50% of the new replicas, in a fleet of the new size
+        fleet.kubectl("scale", "sdep", "llama", f"--replicas={replicas}")
+        wait_for(f"{share} canary pods of {replicas}", canary_ready(share), timeout=180)
+    status = wait_for(
+        "the canary promoted",
+        lambda: (s := fleet.status("llama")).get("stableRevision") != stable and s.get("phase") == "Healthy" and s,
+        timeout=420,
+    )
+    assert status["history"][-1]["outcome"] == "Promoted"
+    assert status["history"][-1]["reason"] == "all steps passed"
+
+    def nothing_left() -> bool:
+        deployments = fleet.deployments()
+        pods = [p for p in fleet.pods("specfleet.io/name=llama") if p.metadata.deletion_timestamp is None]
+        alone = set(deployments) == {"llama-stable"} and deployments["llama-stable"].spec.replicas == 6
+        return alone and len(pods) == 6
+
+    wait_for("the stable Deployment alone, 6 pods", nothing_left, timeout=120)

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from specfleet.hardware import BY_SHORT_NAME, GPU_RESOURCE, GpuProduct
+from specfleet.hardware import BY_SHORT_NAME, GPU_RESOURCE, PRODUCT_NAME_LABEL, GpuProduct
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 """kwok manages only nodes carrying this annotation with the value `fake`."""
@@ -187,4 +187,20 @@ def node_manifests(pool: NodePool) -> list[dict[str, Any]]:
                     },
                 }
             )
+    return manifests
+
+
+def pool_of_its_own(
+    name: str, product_name: str, count: int = 2, gpus_per_node: int = 8, network: int = 0
+) -> list[dict[str, Any]]:
+    """`count` MI300X-shaped nodes named `<name>-<i>` whose product-name label is `product_name`: a GPU pool
+    only a fleet that accepts that product uses (a full pool in a shared cluster). `network` picks their
+    pod networks (10.127.x.0/24), apart from the dev cluster's own nodes' (from 10.64.0.0/24 up)."""
+    manifests = node_manifests(NodePool((NodeGroup("MI300X", count, gpus_per_node),)))
+    for index, node in enumerate(manifests):
+        node_name = f"{name}-{index}"
+        cidr = f"10.127.{(network * count + index) % 256}.0/24"
+        node["metadata"]["name"] = node_name
+        node["metadata"]["labels"].update({"kubernetes.io/hostname": node_name, PRODUCT_NAME_LABEL: product_name})
+        node["spec"] = {"podCIDR": cidr, "podCIDRs": [cidr]}
     return manifests

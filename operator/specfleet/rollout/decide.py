@@ -260,8 +260,9 @@ def _serving_slices(p: Pass) -> list[tuple[int, int]]:
     return [(i, seen[i].ready) for i in p.slices if i in seen and seen[i].revision == revisions.get(i)]
 
 
-def _canary_target(p: Pass) -> tuple[TrackTarget | None, int]:
-    """The canary track's target and the stable replicas beside it.
+def _canary_target(p: Pass) -> tuple[TrackTarget | None, int, int | None]:
+    """The canary track's target, the stable replicas beside it, and a retiring canary's replicas (None: as
+    they are). With `rollout.maxSurge` set, see `_moved_targets`.
 
     Stable gives way only to canary pods that are Ready and receive traffic, so serving capacity stays
     at `replicas` once the asked-for pods are Ready, and the fleet asks for at most the step's new pods
@@ -270,15 +271,15 @@ def _canary_target(p: Pass) -> tuple[TrackTarget | None, int]:
     spec, status, obs, total = p.spec, p.status, p.obs, p.spec.main_replicas
     limits = budget(spec)
     if limits is not None and not p.slices:
-        return _moved_targets(p, limits)[:2]
+        return _moved_targets(p, limits)
     if p.slices:  # stable gives way to the Ready pods of side-by-side slices, as it does to a canary's
         slice_pods = sum(min(ready, slice_replicas(spec)) for _, ready in _serving_slices(p))
-        return None, max(1, total - slice_pods)
+        return None, max(1, total - slice_pods), None
     if status.canary_revision is None or p.preflight_wanted:
-        return None, total
+        return None, total, None
     config = p.served_spec(status.canary_revision).serving()
     if status.canary_revision == status.stable_revision:  # promoting
-        return TrackTarget(status.canary_revision, config, max(obs.canary.ready, 1)), total
+        return TrackTarget(status.canary_revision, config, max(obs.canary.ready, 1)), total, None
     assert status.current_step is not None
     wanted = canary_replicas(total, spec.rollout.steps[status.current_step].weight)
     ready = obs.canary.ready if obs.canary.revision == status.canary_revision else 0
@@ -286,7 +287,7 @@ def _canary_target(p: Pass) -> tuple[TrackTarget | None, int]:
     stable_replicas = max(1, total - serving) if serving and total > 1 else total
     if p.canary_traffic:  # serving canary pods beyond the step's share go once stable covers
         wanted = max(wanted, min(ready, total - obs.stable.ready))
-    return TrackTarget(status.canary_revision, config, wanted), stable_replicas
+    return TrackTarget(status.canary_revision, config, wanted), stable_replicas, None
 
 
 def _moved_targets(p: Pass, limits: Budget) -> tuple[TrackTarget | None, int, int | None]:
@@ -324,10 +325,8 @@ def _finish(p: Pass) -> Decision:
     """Turn the pass into targets: replica split, promotion overlap, wake-up time."""
     status, obs = p.status, p.obs
     assert status.stable_revision is not None and status.stable_serving is not None
-    canary_target, stable_replicas = _canary_target(p)
+    canary_target, stable_replicas, retiring = _canary_target(p)
     keep = canary_target is None and status.retiring_revision is not None
-    limits = budget(p.spec)
-    retiring = _moved_targets(p, limits)[2] if limits is not None and keep else None
     final = _with_replica_counts(p)
     wake = min(p.wake) - obs.now if p.wake else None
     holdback = holdback_target(p)
@@ -343,7 +342,7 @@ def _finish(p: Pass) -> Decision:
         fleet_look_due=p.fleet_look_due,
         route_weight=_route_weight(p),
         keep_canary=keep,
-        retiring_replicas=retiring,
+        retiring_replicas=retiring if keep else None,
         capacity_due=p.capacity_due,
         preflight=_preflight_target(p),
         candidates=_slice_targets(p),

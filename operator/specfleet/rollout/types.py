@@ -105,7 +105,8 @@ class GpuRoom:
     def describe(self) -> str:
         """E.g. `needs 4 amd.com/gpu on AMD_Instinct_MI300X_OAM nodes, 0 free`."""
         request = self.request
-        return f"needs {request.gpus} {request.resource} on {request.where}, {self.free} free"
+        needs = f"needs {request.gpus} {request.resource} on {request.where}"
+        return f"{needs}, {self.free} free" if self.nodes else f"{needs}, and none is Ready, schedulable and tolerated"
 
 
 @dataclass(frozen=True)

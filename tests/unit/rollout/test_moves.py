@@ -202,3 +202,11 @@ def test_a_room_answer_for_another_request_is_not_read_as_this_one() -> None:
 def test_one_swap_at_a_time(giver: TrackPods, taker: TrackPods, expected: tuple[int, int]) -> None:
     moved = move(16, 4, Budget(surge=0, unavailable=1), giver=giver, taker=taker)
     assert (moved.giver, moved.taker) == expected
+
+
+def test_a_room_with_no_matching_node_says_so() -> None:
+    request = GpuRequest(2, 1, "amd.com/gpu", ("AMD_Instinct_MI999_OAM",))
+    assert GpuRoom(request, free=0, fitting=0, nodes=0).describe() == (
+        "needs 2 amd.com/gpu on AMD_Instinct_MI999_OAM nodes, and none is Ready, schedulable and tolerated"
+    )
+    assert not GpuRoom(request, free=0, fitting=0, nodes=0).fits
