@@ -159,12 +159,18 @@ def test_freed_gpus_taken_by_another_pod_are_reported_and_stable_gives_up_no_mor
     assert world.serving() >= 8 - 1
 
 
-def test_without_max_surge_a_step_that_does_not_fit_says_so_at_once() -> None:
+def changed_on_a_full_pool_without_max_surge() -> PodWorld:
+    """16 replicas on 16 GPU slots, default rollout (a 25% step), k just changed."""
     steps = [{"weight": 25, "pause": {"duration": "20s"}}]
     world = PodWorld(Fleet(make_spec(replicas=16, rollout={"steps": steps})), slots=16)
     for _ in range(10):
         world.pass_()
     world.fleet.change(replicas=16, rollout={"steps": steps}, speculative={"numSpeculativeTokens": 2})
+    return world
+
+
+def test_without_max_surge_a_step_that_does_not_fit_says_so_at_once() -> None:
+    world = changed_on_a_full_pool_without_max_surge()
     asked = world.fleet.step().capacity_due
     assert asked == GpuRequest(4, 1, "amd.com/gpu", ("AMD_Instinct_MI300X_OAM",))
     decision = world.fleet.step_with(room=GpuRoom(asked, free=0, fitting=0, nodes=2))
@@ -177,11 +183,7 @@ def test_without_max_surge_a_step_that_does_not_fit_says_so_at_once() -> None:
 
 
 def test_a_room_answer_for_another_request_is_not_read_as_this_one() -> None:
-    steps = [{"weight": 25, "pause": {"duration": "20s"}}]
-    world = PodWorld(Fleet(make_spec(replicas=16, rollout={"steps": steps})), slots=16)
-    for _ in range(10):
-        world.pass_()
-    world.fleet.change(replicas=16, rollout={"steps": steps}, speculative={"numSpeculativeTokens": 2})
+    world = changed_on_a_full_pool_without_max_surge()
     stale = GpuRequest(2, 1, "amd.com/gpu", ("AMD_Instinct_MI300X_OAM",))
     decision = world.fleet.step_with(room=GpuRoom(stale, free=0, fitting=0, nodes=2))
     progressing = next(c for c in decision.status.conditions if c.type == ConditionType.PROGRESSING)
