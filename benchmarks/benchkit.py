@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specfleet.api.vocabulary import API_VERSION, KIND
+from specfleet.api.vocabulary import API_VERSION, GROUP, KIND, PLURAL
 from specfleet.devcluster.process import signals_as_interrupts, signals_deferred, signals_ignored
 
 if TYPE_CHECKING:
@@ -38,8 +38,15 @@ def cluster_with_crd(state_dir: Path, mi300x_nodes: int) -> tuple["ClusterInfo",
     crd = ROOT / "crds" / "specfleet.io_speculativedeployments.yaml"
     subprocess.run([*kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(crd)], check=True,
                    capture_output=True)  # fmt: skip
-    subprocess.run([*kubectl, "wait", "--for=condition=Established", "--timeout=120s",
-                    "crd/speculativedeployments.specfleet.io"], check=True, capture_output=True)  # fmt: skip
+    deadline = time.monotonic() + 120  # a busy machine's fresh API server can refuse the first asks
+    while True:
+        command = [*kubectl, "wait", "--for=condition=Established", "--timeout=20s", f"crd/{PLURAL}.{GROUP}"]
+        waited = subprocess.run(command, capture_output=True, text=True)
+        if waited.returncode == 0:
+            break
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the CRD is not Established after 120 s: {waited.stderr.strip()[-1000:]}")
+        time.sleep(2)
     namespace = f"bench-{free_port()}"
     kubernetes.client.CoreV1Api(cluster.api_client()).create_namespace({"metadata": {"name": namespace}})
     return cluster, namespace
