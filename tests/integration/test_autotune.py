@@ -34,6 +34,7 @@ def eagle3(k: int) -> dict[str, Any]:
     return {"method": "eagle3", "model": GOOD_DRAFTER, "revision": "main", "numSpeculativeTokens": k}
 
 
+@pytest.mark.timeout(900)  # an experiment, a canary and two load stages: ~5 min alone, over 10 on a busy machine
 def test_an_experiment_over_k_promotes_the_k_the_model_says_is_fastest(
     guarded_operator: Operator, simulator: Simulator, fleet: Fleet
 ) -> None:
