@@ -109,7 +109,7 @@ def drain(p: Pass) -> Pass:
         if p.obs.stable.ready == 0:
             return p.but(canary_traffic=True)  # stable has nothing Ready: the canary keeps serving meanwhile
         limits = budget(p.spec)
-        floor = p.spec.main_replicas - limits.unavailable if limits is not None else 0
+        floor = limits.floor(p.spec.main_replicas) if limits is not None else 0
         if p.obs.canary.serving and p.obs.stable.serving < floor:  # its pods go back to stable one by one
             return p.but(canary_traffic=True)
         p = p.with_status(traffic_off_at=now)

@@ -28,6 +28,10 @@ class Budget:
     surge: int
     unavailable: int
 
+    def floor(self, total: int) -> int:
+        """The Ready pods taking traffic a fleet of `total` replicas keeps while pods move."""
+        return total - self.unavailable
+
 
 def budget(spec: SpeculativeDeploymentSpec) -> Budget | None:
     """The fleet's move budget; None when `maxSurge` is unset (a step's canary pods go on top)."""
@@ -80,12 +84,6 @@ def move(total: int, goal: int, limits: Budget, giver: TrackPods, taker: TrackPo
     if short > 0 and not taker.stuck and giver.terminating + taker.terminating == 0:
         wanted = min(wanted, giver_replicas - short)
     # ... while the pods that serve stay at or above the floor (pods that serve nothing go first)
-    floor = total - limits.unavailable
-    keep_serving = min(giver.serving, max(0, floor - taker.serving))
+    keep_serving = min(giver.serving, max(0, limits.floor(total) - taker.serving))
     giver_replicas = min(giver_replicas, max(wanted, share, keep_serving))
     return Move(giver=giver_replicas, taker=taker_replicas)
-
-
-def covered(total: int, limits: Budget, track: TrackPods) -> bool:
-    """Whether `track`'s serving pods alone keep the fleet at or above its floor of Ready pods."""
-    return track.serving >= total - limits.unavailable
