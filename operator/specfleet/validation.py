@@ -5,9 +5,12 @@ through the CRD), what the target vLLM version would refuse, and judgement the s
 (memory budgets, risky depths, clashes between fields).
 """
 
-from collections.abc import Iterator, Mapping
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import yaml
 from pydantic import ValidationError
 
 from specfleet.api.problems import Problem, Severity
@@ -18,7 +21,8 @@ from specfleet.api.spec import (
     METHODS_WITH_DRAFT_MODEL,
     SpeculativeDeploymentSpec,
 )
-from specfleet.api.vocabulary import API_VERSION, KIND
+from specfleet.api.vocabulary import API_VERSION, GROUP, KIND
+from specfleet.hardware import BY_PRODUCT_NAME, PRODUCT_NAME_LABEL, PRODUCTS, GpuProduct
 from specfleet.preflight.budget import gpu_budget
 from specfleet.preflight.check import MemorySubject, memory_problems
 from specfleet.render.argv import ITL_BUCKETS_FLAG, engine_problems
@@ -63,13 +67,75 @@ def _schema_problems(error: ValidationError) -> list[Problem]:
 _MEMORY_FIELDS = {MemorySubject.DRAFTER: "spec.speculative.sizeGiB", MemorySubject.WEIGHTS: "spec.model.sizeGiB"}
 
 
+_KNOWN_PRODUCTS = ", ".join(f"{p.product_name} ({p.short_name})" for p in PRODUCTS)
+
+
+def _meant_product(name: str) -> GpuProduct | None:
+    """The known product a wrong name most likely means: `MI325X` or `AMD_Instinct_MI325X_OAM` for MI325X."""
+    upper = name.upper()
+    return next((p for p in PRODUCTS if p.short_name in upper or p.short_name.removesuffix("X") in upper), None)
+
+
+def _product_problems(spec: SpeculativeDeploymentSpec) -> list[Problem]:
+    """A product name the node labeller never writes matches no node (the pods stay Pending), and has no
+    memory budget to check: a warning, since a newer GPU than this table knows may carry it."""
+    problems = []
+    for index, name in enumerate(spec.accelerator.product_names):
+        if name in BY_PRODUCT_NAME:
+            continue
+        meant = _meant_product(name)
+        hint = f"did you mean {meant.product_name}? " if meant else ""
+        problems.append(
+            Problem(
+                f"spec.accelerator.productNames[{index}]",
+                f"{name} is not the {PRODUCT_NAME_LABEL} of any known AMD Instinct GPU: a node may never carry it "
+                f"(the pods would stay Pending) and its memory budget is not checked; {hint}known: {_KNOWN_PRODUCTS}",
+                Severity.WARNING,
+            )
+        )
+    return problems
+
+
 def _gpu_budget_problems(spec: SpeculativeDeploymentSpec) -> list[Problem]:
     """Drafter within 10% of the per-GPU budget; target plus drafter within the budget at all (the rule the
-    preflight Job applies again to sizes measured from the files)."""
+    preflight Job applies again to sizes measured from the files). What cannot be checked is a note: a
+    budget needs a known GPU and the sizes."""
     memory = gpu_budget(spec)
     if memory is None:
+        reason = (
+            f"no product is named, so the pods may land on any GPU (name the ones they may use, of {_KNOWN_PRODUCTS}, "
+            "to check sizeGiB against the smallest one's budget)"
+            if not spec.accelerator.product_names
+            else "none of the named products is a known AMD Instinct GPU"
+        )
+        return [
+            Problem("spec.accelerator.productNames", f"the GPU memory budget is not checked: {reason}", Severity.NOTE)
+        ]
+    budget = f"the {memory.budget_gib:.1f} GiB budget of a {memory.gpu}"
+    problems = [Problem(_MEMORY_FIELDS[p.subject], p.message) for p in memory_problems(memory)]
+    if memory.target_gib is None:
+        unchecked = f"not declared: the weights are not checked against {budget}"
+        problems.append(Problem("spec.model.sizeGiB", unchecked, Severity.NOTE))
+    if memory.drafter_gib is None and spec.speculative.method in METHODS_WITH_DRAFT_MODEL:
+        unchecked = f"not declared: the drafter {spec.speculative.model} is not checked against {budget}"
+        problems.append(Problem("spec.speculative.sizeGiB", unchecked, Severity.NOTE))
+    return problems
+
+
+def _holdback_problems(spec: SpeculativeDeploymentSpec) -> list[Problem]:
+    """A holdback that cannot run: a warning, not a refusal, since `replicas` is also what `kubectl scale`, an
+    HPA or KEDA write (the scale subresource); the operator then says in status.holdback why none runs."""
+    holdback = spec.rollout.holdback
+    if holdback is None or spec.holdback_replicas > 0:
         return []
-    return [Problem(_MEMORY_FIELDS[p.subject], p.message) for p in memory_problems(memory)]
+    return [
+        Problem(
+            "spec.rollout.holdback.replicas",
+            f"{holdback.replicas} is not below replicas {spec.replicas} (stable keeps at least one): no holdback "
+            "runs while replicas stays this low",
+            Severity.WARNING,
+        )
+    ]
 
 
 def _strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
@@ -122,7 +188,7 @@ def _judgement_problems(spec: SpeculativeDeploymentSpec) -> list[Problem]:
             problems.append(Problem(f"spec.engine.env[{index}].name", f"{name} is set by specfleet"))
         elif env_names.index(name) != index:
             problems.append(Problem(f"spec.engine.env[{index}].name", f"{name} is set twice"))
-    return problems + _gpu_budget_problems(spec)
+    return problems + _product_problems(spec) + _gpu_budget_problems(spec)
 
 
 def _extra_args_problems(spec: SpeculativeDeploymentSpec) -> list[Problem]:
@@ -150,8 +216,12 @@ def _extra_args_problems(spec: SpeculativeDeploymentSpec) -> list[Problem]:
 
 
 def _candidate_problems(spec: SpeculativeDeploymentSpec) -> list[Problem]:
-    """Each candidate of an experiment must be a config the fleet could serve, named by its place."""
+    """Each candidate of an experiment must be a config the fleet could serve, named by its place. A note the
+    spec itself gets already (a budget that cannot be checked) is not repeated per candidate."""
     problems: list[Problem] = []
+    if not spec.candidates:
+        return problems
+    own_notes = {p.message for p in _judgement_problems(spec) if p.severity is Severity.NOTE}
     for index in range(len(spec.candidates)):
         where = f"spec.autoTune.candidates[{index}]"
         try:
@@ -162,7 +232,7 @@ def _candidate_problems(spec: SpeculativeDeploymentSpec) -> list[Problem]:
                 problems.append(Problem(where + (field if field[:1] in ("", ".") else "." + field), problem.message))
             continue
         for problem in engine_problems(candidate) + _judgement_problems(candidate):
-            if problem.field.startswith("spec.speculative"):
+            if problem.field.startswith("spec.speculative") and problem.message not in own_notes:
                 problems.append(
                     Problem(where + problem.field.removeprefix("spec.speculative"), problem.message, problem.severity)
                 )
@@ -171,7 +241,13 @@ def _candidate_problems(spec: SpeculativeDeploymentSpec) -> list[Problem]:
 
 def spec_problems(spec: SpeculativeDeploymentSpec) -> list[Problem]:
     """Problems of a spec that already passed the schema: version support and judgement."""
-    return engine_problems(spec) + _extra_args_problems(spec) + _judgement_problems(spec) + _candidate_problems(spec)
+    return (
+        engine_problems(spec)
+        + _extra_args_problems(spec)
+        + _judgement_problems(spec)
+        + _candidate_problems(spec)
+        + _holdback_problems(spec)
+    )
 
 
 def validate_document(document: Any) -> list[Problem]:
@@ -195,3 +271,114 @@ def validate_document(document: Any) -> list[Problem]:
 
 def errors(problems: list[Problem]) -> list[Problem]:
     return [p for p in problems if p.severity is Severity.ERROR]
+
+
+def is_another_kind(document: Any) -> bool:
+    """A Kubernetes object not meant to be a SpeculativeDeployment (a Secret or a Namespace beside the fleet in
+    one file): skipped, not refused. An object of specfleet.io's group under another kind is a typo: checked."""
+    if not isinstance(document, Mapping):
+        return False
+    kind, api_version = document.get("kind"), document.get("apiVersion")
+    ours = isinstance(api_version, str) and api_version.split("/")[0] == GROUP
+    return isinstance(kind, str) and kind != KIND and not ours
+
+
+def _name(document: Any) -> str | None:
+    metadata = document.get("metadata") if isinstance(document, Mapping) else None
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    return name if isinstance(name, str) else None
+
+
+@dataclass(frozen=True)
+class DocumentReport:
+    """What `specfleet validate` found in one document of a file."""
+
+    source: str
+    """The file it came from (`-` for standard input)."""
+    position: int | None
+    """Its place in the file, from 1; None when the file could not be parsed at all."""
+    name: str | None
+    problems: tuple[Problem, ...]
+
+    @property
+    def valid(self) -> bool:
+        return not errors(list(self.problems))
+
+    @property
+    def label(self) -> str:
+        """How a line of output names it: its name, else its place (nothing for a file that did not parse)."""
+        return self.name or ("" if self.position is None else f"document {self.position}")
+
+    def as_json(self) -> dict[str, Any]:
+        def of(severity: Severity) -> list[dict[str, str]]:
+            return [{"field": p.field, "message": p.message} for p in self.problems if p.severity is severity]
+
+        return {
+            "file": self.source,
+            "document": self.position,
+            "name": self.name,
+            "valid": self.valid,
+            "errors": of(Severity.ERROR),
+            "warnings": of(Severity.WARNING),
+            "notes": of(Severity.NOTE),
+        }
+
+
+@dataclass(frozen=True)
+class SkippedDocument:
+    """A document of another kind, passed over."""
+
+    source: str
+    position: int
+    kind: str
+    name: str | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"file": self.source, "document": self.position, "kind": self.kind, "name": self.name}
+
+
+@dataclass(frozen=True)
+class FileReport:
+    """One file: its SpeculativeDeployments checked, its other objects skipped."""
+
+    source: str
+    documents: tuple[DocumentReport, ...]
+    skipped: tuple[SkippedDocument, ...] = ()
+
+
+def _parse_error(error: Exception) -> str:
+    """One line: where the parser stopped and why (PyYAML's own text spans several, with a caret)."""
+    mark = getattr(error, "problem_mark", None)
+    if isinstance(error, yaml.MarkedYAMLError) and mark is not None:
+        return f"{error.problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(error).split())
+
+
+def validate_text(source: str, text: str) -> FileReport:
+    """Every SpeculativeDeployment in one file's text: YAML documents, or one JSON object in a `.json` file.
+    A file that does not parse is one invalid report saying why."""
+    is_json = source.endswith(".json")
+    try:
+        loaded = [json.loads(text)] if is_json else list(yaml.safe_load_all(text))
+    except (yaml.YAMLError, ValueError) as error:
+        problem = Problem("(file)", f"not valid {'JSON' if is_json else 'YAML'}: {_parse_error(error)}")
+        return FileReport(source, (DocumentReport(source, None, None, (problem,)),))
+    documents, skipped = [], []
+    for position, document in enumerate(loaded, start=1):
+        if document is None:
+            continue  # an empty document between two `---`
+        if is_another_kind(document):
+            skipped.append(SkippedDocument(source, position, document["kind"], _name(document)))
+        else:
+            documents.append(DocumentReport(source, position, _name(document), tuple(validate_document(document))))
+    return FileReport(source, tuple(documents), tuple(skipped))
+
+
+def reports_json(files: Sequence[FileReport]) -> dict[str, Any]:
+    """`specfleet validate -o json`: valid only when there is at least one SpeculativeDeployment and none is invalid."""
+    documents = [d for f in files for d in f.documents]
+    return {
+        "valid": bool(documents) and all(d.valid for d in documents),
+        "documents": [d.as_json() for d in documents],
+        "skipped": [s.as_json() for f in files for s in f.skipped],
+    }

@@ -5,8 +5,11 @@ from enum import StrEnum
 
 
 class Severity(StrEnum):
+    """ERROR refuses the spec; WARNING is a risk it may run with; NOTE says what could not be checked, and why."""
+
     ERROR = "error"
     WARNING = "warning"
+    NOTE = "note"
 
 
 @dataclass(frozen=True)
@@ -18,7 +21,7 @@ class Problem:
     severity: Severity = Severity.ERROR
 
     def __str__(self) -> str:
-        prefix = "warning: " if self.severity is Severity.WARNING else ""
+        prefix = "" if self.severity is Severity.ERROR else f"{self.severity.value}: "
         return f"{prefix}{self.field}: {self.message}"
 
 

@@ -6,13 +6,14 @@ rendering, the operator, the Kubernetes library) in its body (`benchmarks/cli_st
 """
 
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from specfleet import __version__
-from specfleet.api.vocabulary import Track
+from specfleet.api.vocabulary import KIND, Track
 from specfleet.cli import rollouts
 from specfleet.cli.loadtest import loadtest_command
 from specfleet.cli.run import run
@@ -114,32 +115,90 @@ def chart_file(name: Annotated[str, typer.Argument(help=f"One of: {', '.join(CHA
     typer.echo(CHART_FILES[name](), nl=False)
 
 
-@app.command()
-def validate(filename: FileOption) -> None:
-    """Check SpeculativeDeployments offline: schema, cross-field rules, vLLM version support, budgets.
+class ValidateOutput(StrEnum):
+    TEXT = "text"
+    JSON = "json"
 
-    Prints one line per problem, naming the field. Exits 0 when valid (warnings allowed), 1 otherwise.
-    """
-    from specfleet.api.problems import Severity
-    from specfleet.validation import errors, validate_document
 
-    documents = _load_documents(filename)
-    if not documents:
-        stderr.print(f"[red]error:[/] {filename} holds no document")
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def _manifest_files(path: Path) -> list[Path]:
+    """`path` itself, or the manifests directly in the directory `path`, by name."""
+    if str(path) == "-" or not path.is_dir():
+        return [path]
+    found = sorted(p for p in path.iterdir() if p.suffix in MANIFEST_SUFFIXES and p.is_file())
+    if not found:
+        stderr.print(f"[red]error:[/] {path} holds no {'/'.join(MANIFEST_SUFFIXES)} file")
         raise typer.Exit(1)
-    failed = False
-    for index, document in enumerate(documents):
-        name = (document.get("metadata") or {}).get("name") if isinstance(document, dict) else None
-        label = name or f"document {index + 1}"
-        problems = validate_document(document)
-        for problem in problems:
-            colour = "yellow" if problem.severity is Severity.WARNING else "red"
-            typer.echo(f"{label}: {problem}", err=colour == "yellow")
-        if errors(problems):
-            failed = True
-        elif not problems:
-            stderr.print(f"[green]{label}: valid[/]")
-    raise typer.Exit(1 if failed else 0)
+    return found
+
+
+def _read(path: Path) -> str:
+    try:
+        return sys.stdin.read() if str(path) == "-" else path.read_text()
+    except OSError as error:
+        stderr.print(f"[red]error:[/] cannot read {path}: {error.strerror}")
+        raise typer.Exit(2) from error
+
+
+VALIDATE_HELP = (
+    "Check SpeculativeDeployments offline: schema, cross-field rules, vLLM version support, GPU products and "
+    "memory budgets.\n\n"
+    "Prints one line per problem, naming the file, the object and the field: errors, warnings (risks it may run "
+    "with) and notes (what could not be checked). Documents of other kinds (a Secret beside the fleet) are "
+    "skipped and counted.\n\n"
+    "Exit codes: 0 every SpeculativeDeployment is valid (warnings and notes allowed); 1 one is invalid, a file "
+    "does not parse, or no SpeculativeDeployment was found; 2 a file cannot be read."
+)
+
+
+@app.command(no_args_is_help=True, help=VALIDATE_HELP)
+def validate(
+    path: Annotated[
+        Path,
+        typer.Option(
+            "--filename",
+            "-f",
+            help="A SpeculativeDeployment manifest (YAML, or JSON in a .json file; '-' reads standard input), or a "
+            "directory: every *.yaml, *.yml and *.json directly in it, by name.",
+        ),
+    ],
+    output: Annotated[
+        ValidateOutput,
+        typer.Option(
+            "--output",
+            "-o",
+            help="text for people; json for scripts (per document: file, name, valid, "
+            "errors, warnings, notes; and the documents skipped).",
+        ),
+    ] = ValidateOutput.TEXT,
+) -> None:
+    """Check SpeculativeDeployments offline (the help text is VALIDATE_HELP)."""
+    import json
+
+    from specfleet.api.problems import Severity
+    from specfleet.validation import reports_json, validate_text
+
+    files = [validate_text(str(file), _read(file)) for file in _manifest_files(path)]
+    summary = reports_json(files)
+    if output is ValidateOutput.JSON:
+        typer.echo(json.dumps(summary, indent=2))
+    for file in files if output is ValidateOutput.TEXT else []:
+        for document in file.documents:
+            where = ": ".join(part for part in ("" if file.source == "-" else file.source, document.label) if part)
+            for problem in document.problems:
+                typer.echo(f"{where}: {problem}" if where else str(problem), err=problem.severity is not Severity.ERROR)
+            if document.valid:
+                stderr.print(f"[green]{where}: valid[/]", highlight=False)
+    skipped = summary["skipped"]
+    if skipped:
+        kinds = ", ".join(sorted({s["kind"] for s in skipped}))
+        count = "1 document of another kind" if len(skipped) == 1 else f"{len(skipped)} documents of other kinds"
+        stderr.print(f"skipped {count} ({kinds})")
+    if not summary["documents"]:
+        stderr.print(f"[red]error:[/] {path} holds no {KIND}")
+    raise typer.Exit(0 if summary["valid"] else 1)
 
 
 @app.command()

@@ -1,5 +1,6 @@
 """The command line: validate, render, crd, as a user runs them."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -63,7 +64,99 @@ def test_validate_broken_yaml(tmp_path: Path) -> None:
     path.write_text("spec: [unclosed\n")
     result = runner.invoke(app, ["validate", "-f", str(path)])
     assert result.exit_code == 1
-    assert "not valid YAML" in result.stderr
+    assert result.stdout.startswith(f"{path}: (file): not valid YAML")
+
+
+SECRET = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf-token"}, "stringData": {"token": "x"}}
+
+
+def test_validate_skips_other_kinds_and_says_how_many(tmp_path: Path) -> None:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump_all([SECRET, BASE, {**SECRET, "kind": "ConfigMap"}]))
+    result = runner.invoke(app, ["validate", "-f", str(path)])
+    assert result.exit_code == 0, result.output
+    assert f"{path}: llama-eagle3: valid" in result.stderr
+    assert "skipped 2 documents of other kinds (ConfigMap, Secret)" in result.stderr
+
+
+def test_validate_a_file_without_a_speculative_deployment_exits_1(tmp_path: Path) -> None:
+    path = tmp_path / "secret.yaml"
+    path.write_text(yaml.safe_dump(SECRET))
+    result = runner.invoke(app, ["validate", "-f", str(path)])
+    assert result.exit_code == 1
+    assert "skipped 1 document of another kind (Secret)" in result.stderr
+    assert "holds no SpeculativeDeployment" in result.stderr
+
+
+def _directory(tmp_path: Path) -> Path:
+    """b.yml is invalid, a.yaml and c.json valid; notes.txt is not a manifest and must not be read."""
+    (tmp_path / "b.yml").write_text(
+        yaml.safe_dump(merged(BASE, {"metadata": {"name": "bad"}, "spec": {"replicas": -1}}))
+    )
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(BASE))
+    (tmp_path / "c.json").write_text(json.dumps(merged(BASE, {"metadata": {"name": "from-json"}})))
+    (tmp_path / "notes.txt").write_text("spec: [not yaml\n")
+    (tmp_path / "nested").mkdir()
+    return tmp_path
+
+
+def test_validate_a_directory_names_the_file_of_each_result_in_order(tmp_path: Path) -> None:
+    directory = _directory(tmp_path)
+    result = runner.invoke(app, ["validate", "-f", str(directory)])
+    assert result.exit_code == 1, result.output
+    assert result.stdout.splitlines() == [
+        f"{directory / 'b.yml'}: bad: spec.replicas: Input should be greater than or equal to 0"
+    ]
+    valid = [line for line in result.stderr.splitlines() if line.endswith(": valid")]
+    assert valid == [f"{directory / 'a.yaml'}: llama-eagle3: valid", f"{directory / 'c.json'}: from-json: valid"]
+
+
+def test_validate_an_empty_directory_exits_1(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["validate", "-f", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "holds no .yaml/.yml/.json file" in result.stderr
+
+
+def test_validate_output_json_reports_every_document(tmp_path: Path) -> None:
+    directory = _directory(tmp_path)
+    (directory / "d.yaml").write_text(
+        yaml.safe_dump_all(
+            [
+                SECRET,
+                merged(BASE, {"metadata": {"name": "deep"}, "spec": {"speculative": {"numSpeculativeTokens": 12}}}),
+            ]
+        )
+    )
+    result = runner.invoke(app, ["validate", "-f", str(directory), "-o", "json"])
+    assert result.exit_code == 1
+    report = json.loads(result.stdout)
+    assert report["valid"] is False
+    rows = {(Path(d["file"]).name, d["name"]): d for d in report["documents"]}
+    assert list(rows) == [("a.yaml", "llama-eagle3"), ("b.yml", "bad"), ("c.json", "from-json"), ("d.yaml", "deep")]
+    assert rows["b.yml", "bad"]["valid"] is False
+    assert rows["b.yml", "bad"]["errors"] == [
+        {"field": "spec.replicas", "message": "Input should be greater than or equal to 0"}
+    ]
+    assert rows["d.yaml", "deep"]["valid"] is True
+    assert [w["field"] for w in rows["d.yaml", "deep"]["warnings"]] == ["spec.speculative.numSpeculativeTokens"]
+    assert [(Path(s["file"]).name, s["kind"]) for s in report["skipped"]] == [("d.yaml", "Secret")]
+
+
+def test_validate_output_json_exits_0_when_valid_with_warnings() -> None:
+    warned = merged(BASE, {"spec": {"accelerator": {"productNames": ["MI325X"]}}})
+    result = runner.invoke(app, ["validate", "-f", "-", "-o", "json"], input=yaml.safe_dump(warned))
+    assert result.exit_code == 0, result.output
+    (document,) = json.loads(result.stdout)["documents"]
+    assert document["file"] == "-" and document["valid"] is True
+    assert [w["field"] for w in document["warnings"]] == ["spec.accelerator.productNames[0]"]
+
+
+def test_validate_help_documents_the_exit_codes_and_the_outputs() -> None:
+    result = runner.invoke(app, ["validate", "--help"])
+    assert result.exit_code == 0
+    text = " ".join(result.stdout.split())
+    assert "Exit codes: 0 every SpeculativeDeployment is valid (warnings and notes allowed); 1 one is invalid" in text
+    assert "text|json" in text and "directory" in text
 
 
 def test_render_refuses_an_invalid_spec_with_the_field(tmp_path: Path) -> None:
