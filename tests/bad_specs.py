@@ -55,6 +55,7 @@ class BadSpec:
     offline: str
     server: str | None = None
     server_field: str | None = field(default=None)
+    """How the API server names `field` when it differs (a map key as `requests[cpu]`)."""
 
     def document(self) -> dict[str, Any]:
         return merged(BASE, self.patch)
@@ -176,6 +177,89 @@ BAD_SPECS: list[BadSpec] = [
         "spec.rollout.maxUnavailable",
         "count of pods",
         "count of pods",
+    ),
+    BadSpec(
+        "template-owned-label",
+        spec(template={"metadata": {"labels": {"specfleet.io/track": "canary"}}}),
+        "spec.template.metadata.labels",
+        "specfleet sets them",
+        "specfleet sets them",
+    ),
+    BadSpec(
+        "template-owned-annotation",
+        spec(template={"metadata": {"annotations": {"prometheus.io/port": "9000"}}}),
+        "spec.template.metadata.annotations",
+        "Prometheus scrapes vLLM",
+        "Prometheus scrapes vLLM",
+    ),
+    BadSpec(
+        "template-gpu-resource",
+        spec(template={"vllm": {"resources": {"limits": {"amd.com/gpu": 2, "memory": "64Gi"}}}}),
+        "spec.template.vllm.resources",
+        "accelerator.count",
+        "accelerator.count",
+    ),
+    BadSpec(
+        "template-bad-quantity",
+        spec(template={"vllm": {"resources": {"requests": {"cpu": "4 cores"}}}}),
+        "spec.template.vllm.resources.requests.cpu",
+        "Kubernetes quantity",
+        "Kubernetes quantity",
+        server_field="spec.template.vllm.resources.requests[cpu]",
+    ),
+    BadSpec(
+        "template-container-named-vllm",
+        spec(template={"spec": {"containers": [{"name": "vllm", "image": "busybox"}]}}),
+        "spec.template.spec.containers",
+        "template.vllm",
+        "template.vllm",
+    ),
+    BadSpec(
+        "template-owned-volume",
+        spec(template={"spec": {"volumes": [{"name": "dshm", "emptyDir": {}}]}}),
+        "spec.template.spec.volumes",
+        "specfleet mounts those",
+        "specfleet mounts those",
+    ),
+    BadSpec(
+        "template-owned-mount-path",
+        spec(
+            template={
+                "spec": {"volumes": [{"name": "scratch", "emptyDir": {}}]},
+                "vllm": {"volumeMounts": [{"name": "scratch", "mountPath": "/dev/shm"}]},
+            }
+        ),
+        "spec.template.vllm.volumeMounts",
+        "specfleet mounts them",
+        "specfleet mounts them",
+    ),
+    BadSpec(
+        "template-mount-of-no-volume",
+        spec(template={"vllm": {"volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}}),
+        "spec.template.vllm.volumeMounts",
+        "must name a volume",
+        "must name a volume",
+    ),
+    BadSpec(
+        "template-supplemental-groups",
+        spec(template={"spec": {"securityContext": {"supplementalGroups": [0]}}}),
+        "spec.template.spec.securityContext",
+        "accelerator.supplementalGroups",
+        "accelerator.supplementalGroups",
+    ),
+    BadSpec(
+        "template-product-in-node-selector",
+        spec(template={"spec": {"nodeSelector": {"amd.com/gpu.product-name": "AMD_Instinct_MI300X_OAM"}}}),
+        "spec.template.spec.nodeSelector",
+        "accelerator.productNames",
+        "accelerator.productNames",
+    ),
+    BadSpec(
+        "template-unnamed-sidecar",
+        spec(template={"spec": {"containers": [{"image": "busybox"}]}}),
+        "spec.template.spec.containers[0]",
+        "name",
+        "name",
     ),
     BadSpec(
         "step-weight-zero",

@@ -91,6 +91,16 @@ class Fleet:
     def get(self, name: str) -> dict[str, Any]:
         return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
 
+    def make_room_for(self, template: dict[str, Any]) -> None:
+        """Create what a pod template names and a pod cannot start without: its ServiceAccount (here) and its
+        PriorityClass (cluster-wide, shared by the tests that name the same one)."""
+        objects = [
+            {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": template["spec"]["serviceAccountName"]}}
+        ]
+        priority = {"metadata": {"name": template["spec"]["priorityClassName"]}, "value": 1000}
+        objects.append({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", **priority})
+        self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
+
     def status(self, name: str) -> dict[str, Any]:
         return self.get(name).get("status") or {}
 

@@ -28,6 +28,7 @@ from specfleet import chartgen
 from specfleet.devcluster.cluster import ClusterInfo
 
 from fleetkit import Fleet, healthy, sdep, wait_for
+from speckit import FULL_TEMPLATE
 
 pytestmark = pytest.mark.integration
 
@@ -179,9 +180,9 @@ def refusals(log: Path) -> list[str]:
     return [line for line in log.read_text().splitlines() if any(text in line for text in RBAC_DENIED)]
 
 
-def promote_then_abort(fleet: Fleet) -> None:
+def promote_then_abort(fleet: Fleet, **spec: Any) -> None:
     """A canary that walks its steps and is promoted, then one held at a manual gate and aborted."""
-    before = healthy(fleet)["stableRevision"]
+    before = healthy(fleet, **spec)["stableRevision"]
     fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 3}})
     canary = wait_for("a canary", lambda: fleet.status("llama").get("canaryRevision"))
     assert canary != before
@@ -285,8 +286,9 @@ def test_the_operator_runs_on_the_namespaced_rbac_and_no_more(
     account = cluster.service_account_kubeconfig(namespace, f"{release}-specfleet", tmp_path / "sa.kubeconfig")
     log = tmp_path / "operator.log"
 
+    fleet.make_room_for(FULL_TEMPLATE)  # every template field, rendered by an operator on the chart's RBAC
     with operator_process(specfleet_run(account, "--namespace", namespace, "--resync", "30"), log):
-        promote_then_abort(fleet)
+        promote_then_abort(fleet, template=FULL_TEMPLATE)
     assert refusals(log) == [], "the operator was refused something it uses"
 
     allowed = [*USED, ("get", "secrets/prom-token")]

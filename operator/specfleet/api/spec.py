@@ -13,6 +13,7 @@ from pydantic import AfterValidator, Field, JsonValue, WithJsonSchema
 
 from specfleet.api.base import ApiModel, Rule
 from specfleet.api.durations import DURATION_PATTERN
+from specfleet.api.template import PodTemplate
 from specfleet.hardware import GPU_RESOURCE
 
 DEFAULT_NUM_SPECULATIVE_TOKENS = 5
@@ -149,7 +150,9 @@ class BatchSizeDepth(ApiModel):
     """One row of the batch-size schedule: batches of `start`..`end` requests speculate `numTokens` deep."""
 
     start: Annotated[int, Field(ge=1, le=1_000_000)]
+    """Smallest batch size of the range (requests running at once on a replica); one range must start at 1."""
     end: Annotated[int, Field(ge=1, le=1_000_000)]
+    """Largest batch size of the range, included."""
     num_tokens: Annotated[int, Field(ge=0, le=64)]
     """Depth for this range; 0 switches speculation off for large batches, where it costs more than it saves."""
 
@@ -294,12 +297,21 @@ class Candidate(ApiModel):
     """
 
     method: SpeculativeMethod | None = None
+    """Drafting method. Set: the candidate is a whole config, nothing is taken from `speculative`. Unset: the
+    candidate is `speculative` with the fields it sets replaced."""
     model: ArgvValue | None = None
+    """The drafter model (hub id or path), as `speculative.model`."""
     revision: ArgvValue | None = None
+    """Hub revision of the drafter model, as `speculative.revision`."""
     size_gib: Annotated[float, Field(gt=0, le=4096)] | None = Field(default=None, alias="sizeGiB")
+    """Size of the drafter's weights in GiB, as `speculative.sizeGiB`."""
     num_speculative_tokens: Annotated[int, Field(ge=1, le=64)] | None = None
+    """Depth k: tokens drafted per step, as `speculative.numSpeculativeTokens`."""
     draft_tensor_parallel_size: Annotated[int, Field(ge=1, le=64)] | None = None
+    """Tensor parallelism of the drafter (1 or `engine.tensorParallelSize`), as
+    `speculative.draftTensorParallelSize`."""
     num_speculative_tokens_per_batch_size: Annotated[list[BatchSizeDepth], Field(max_length=32)] | None = None
+    """Batch-size schedule of the depth, as `speculative.numSpeculativeTokensPerBatchSize`."""
 
     def applied_to(self, base: SpeculativeSpec) -> SpeculativeSpec:
         """The speculative config this candidate stands for (raises ValidationError if it is not valid)."""
@@ -359,7 +371,9 @@ class EnvVar(ApiModel):
     """A plain environment variable for the vLLM container (e.g. `VLLM_ROCM_USE_AITER=1`)."""
 
     name: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+    """The variable's name."""
     value: Annotated[str, Field(max_length=4096, pattern=r"^[^\r\n]*$")] = ""
+    """Its value, on one line; empty sets the variable to the empty string."""
 
 
 class Dtype(StrEnum):
@@ -434,10 +448,15 @@ class Toleration(ApiModel):
     """A Kubernetes toleration, for GPU nodes that carry taints."""
 
     key: Annotated[str, Field(max_length=316)] | None = None
+    """The taint key tolerated; unset with operator `Exists` tolerates every taint."""
     operator: TolerationOperator = TolerationOperator.EQUAL
+    """`Equal`: the taint's value must be `value`. `Exists`: any value of the key."""
     value: Annotated[str, Field(max_length=63)] | None = None
+    """The taint value tolerated, with operator `Equal`."""
     effect: TaintEffect | None = None
+    """The taint effect tolerated (`NoSchedule`, `PreferNoSchedule`, `NoExecute`); unset tolerates all three."""
     toleration_seconds: int | None = None
+    """With effect `NoExecute`: how long the pod stays on a node after the taint appears; unset, for ever."""
 
 
 GPU_TOLERATION = Toleration(key=GPU_RESOURCE, operator=TolerationOperator.EXISTS, effect=TaintEffect.NO_SCHEDULE)
@@ -464,7 +483,9 @@ class SecretKeyRef(ApiModel):
     """A key of a Secret in the SpeculativeDeployment's namespace."""
 
     name: ObjectName
+    """The Secret's name."""
     key: Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")] = "token"
+    """The key of the Secret's data that holds the token."""
 
 
 class StorageSpec(ApiModel):
@@ -482,6 +503,9 @@ class Pause(ApiModel):
     """How long a step holds. Without `duration` it waits for `kubectl specfleet promote`."""
 
     duration: Duration | None = None
+    """How long the step holds once its canary replicas are all Ready, e.g. `5m` or `1h30m` (units `ms`, `s`,
+    `m`, `h`); then it ends at its first passing analysis (at once without Prometheus). Unset (`pause: {}`):
+    a manual gate, the step holds until `kubectl specfleet promote`."""
 
 
 class Step(ApiModel):
@@ -656,6 +680,7 @@ class HTTPRouteRef(ApiModel):
     """A Gateway API HTTPRoute whose backend weights specfleet sets."""
 
     name: ObjectName
+    """The HTTPRoute's name."""
     namespace: ObjectName | None = None
     """Defaults to the SpeculativeDeployment's namespace."""
 
@@ -733,8 +758,13 @@ class SpeculativeDeploymentSpec(ApiModel):
     storage: StorageSpec = StorageSpec()
     rollout: RolloutSpec = RolloutSpec()
     prometheus: PrometheusSpec = PrometheusSpec()
+    template: PodTemplate | None = None
+    """Optional: how the vLLM pods fit the cluster (labels, annotations, service account, pull secrets,
+    priority, node selection, volumes, sidecars, CPU and memory). A change is a new revision, canaried, except
+    a change of `template.metadata.labels` alone, which rolls the pods in place."""
     auto_tune: AutoTuneSpec | None = None
-    """Optional: try several speculative configs and promote the best one measured (see AutoTuneSpec)."""
+    """Optional: measure alternative speculative configs (`candidates`) against stable and promote the best
+    one, and fit a batch-size schedule of the depth to what the fleet measures while it serves."""
 
     rules = (
         Rule(
@@ -756,6 +786,16 @@ class SpeculativeDeploymentSpec(ApiModel):
             field_path=".accelerator.count",
             holds=lambda s: s.accelerator.count is None or s.accelerator.count >= s.engine.tensor_parallel_size,
         ),
+        Rule(
+            cel="!has(self.template) || !has(self.template.vllm) || !has(self.template.vllm.resources) || "
+            "[self.template.vllm.resources.?requests.orValue({}), self.template.vllm.resources.?limits.orValue({})]"
+            ".all(r, !(self.accelerator.?resourceName.orValue('amd.com/gpu') in r))",
+            message="template.vllm.resources must not set the GPU resource: it comes from accelerator.count",
+            field_path=".template.vllm.resources",
+            holds=lambda s: s.template is None
+            or s.accelerator.resource_name
+            not in {*s.template.vllm.resources.requests, *s.template.vllm.resources.limits},
+        ),
     )
 
     @property
@@ -768,7 +808,7 @@ class SpeculativeDeploymentSpec(ApiModel):
 
     def with_serving(self, serving: dict[str, Any]) -> "SpeculativeDeploymentSpec":
         """This spec, serving what `serving` describes (how the stable track is rendered during a canary)."""
-        current = self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        current = self.model_dump(mode="json", by_alias=True, exclude_none=True, exclude=set(SERVING_FIELDS))
         return SpeculativeDeploymentSpec.model_validate({**current, **serving})
 
     @property
@@ -816,4 +856,4 @@ class SpeculativeDeploymentSpec(ApiModel):
         return " ".join(part for part in (spec.method.value, f"k={depth}", spec.model) if part)
 
 
-SERVING_FIELDS = ("model", "speculative", "engine", "accelerator")
+SERVING_FIELDS = ("model", "speculative", "engine", "accelerator", "template")

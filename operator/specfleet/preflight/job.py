@@ -11,6 +11,7 @@ from typing import Any
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.vocabulary import FIELD_MANAGER, LABEL_NAME, LABEL_PREFLIGHT, LABEL_REVISION
 from specfleet.preflight.budget import gpu_budget
+from specfleet.render.podtemplate import scheduling
 from specfleet.render.manifests import (
     HF_HOME,
     SERVING_UID,
@@ -104,9 +105,7 @@ def preflight_job(sdep: SpeculativeDeployment, rev: str, serving: dict[str, Any]
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
     }
-    affinity = node_affinity(spec)
-    if affinity:
-        pod_spec["affinity"] = affinity
+    pod_spec.update(scheduling(spec.template, node_affinity(spec)))
     labels = preflight_labels(sdep, rev)
     return {
         "apiVersion": "batch/v1",

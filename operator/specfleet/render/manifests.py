@@ -29,6 +29,7 @@ from specfleet.api.vocabulary import (
 )
 from specfleet.hardware import NODE_FEATURE_LABEL, PRODUCT_NAME_LABEL
 from specfleet.render.argv import VLLM_PORT, vllm_argv
+from specfleet.render.podtemplate import fitted_pod
 
 Manifest = dict[str, Any]
 
@@ -56,10 +57,21 @@ def revision(spec: SpeculativeDeploymentSpec) -> str:
         "products": sorted(spec.accelerator.product_names),
         "nodeFeature": spec.accelerator.require_node_feature_label,
     }
+    template = _template_behaviour(spec)
+    if template:
+        behaviour["template"] = template
     if spec.candidates:  # new candidates are a new experiment
         behaviour["candidates"] = [c.model_dump(mode="json", exclude_none=True) for c in spec.candidates]
     digest = hashlib.sha256(json.dumps(behaviour, sort_keys=True).encode()).hexdigest()
     return digest[:REVISION_LENGTH]
+
+
+def _template_behaviour(spec: SpeculativeDeploymentSpec) -> dict[str, Any]:
+    """The template as far as it can change what a pod runs: all of it but the pod labels."""
+    if spec.template is None:
+        return {}
+    set_fields = spec.template.model_dump(mode="json", exclude_defaults=True, exclude={"metadata": {"labels"}})
+    return {part: value for part, value in set_fields.items() if value}
 
 
 def child_name(sdep: SpeculativeDeployment, track: Track | None = None, candidate: int | None = None) -> str:
@@ -228,7 +240,7 @@ def pod_template(
         "prometheus.io/port": str(VLLM_PORT),
         "prometheus.io/path": "/metrics",
     }
-    return {"metadata": {"labels": labels, "annotations": annotations}, "spec": pod_spec}
+    return fitted_pod({"metadata": {"labels": labels, "annotations": annotations}, "spec": pod_spec}, spec.template)
 
 
 def rolling_update(spec: SpeculativeDeploymentSpec) -> Manifest:
