@@ -6,9 +6,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from specfleet.api.resource import SpeculativeDeployment
 from specfleet.devcluster.cluster import ClusterInfo
 
-from bad_specs import BAD_SPECS, BadSpec
+from bad_specs import BAD_SPECS, BASE, BadSpec, merged
 
 pytestmark = pytest.mark.integration
 
@@ -63,3 +64,19 @@ def test_api_server_fills_the_models_defaults(dev_cluster: ClusterInfo, crd_inst
     ]
     assert spec["accelerator"]["resourceName"] == "amd.com/gpu"
     assert spec["engine"]["vllmVersion"] == "0.33.0"
+
+
+def test_api_server_defaults_each_fallback_action_as_the_models_do(
+    dev_cluster: ClusterInfo, crd_installed: None, namespace: str
+) -> None:
+    """Only `after` given: onProviderError pauses, onNoData rolls back, on the server as in the models (the server
+    fills in the nested default before the operator ever reads the object)."""
+    delays = {"onNoData": {"after": "5m"}, "onProviderError": {"after": "5m"}}
+    document = merged(BASE, {"metadata": {"name": "fallbacks"}, "spec": {"rollout": {"analysis": delays}}})
+    result = kubectl_apply(dev_cluster, namespace, document, "--dry-run=server", "-o", "yaml")
+    assert result.returncode == 0, result.stderr
+    stored = yaml.safe_load(result.stdout)["spec"]["rollout"]["analysis"]
+    assert stored["onProviderError"] == {"after": "5m", "action": "Pause"}
+    assert stored["onNoData"] == {"after": "5m", "action": "Rollback"}
+    models = SpeculativeDeployment.from_mapping(document).spec.rollout.analysis
+    assert (models.on_provider_error.action.value, models.on_no_data.action.value) == ("Pause", "Rollback")

@@ -534,6 +534,14 @@ class Fallback(ApiModel):
     """`Rollback` returns traffic to stable; `Pause` waits for a human."""
 
 
+class ProviderErrorFallback(Fallback):
+    """`onProviderError`: a Prometheus outage is no evidence against the canary, so `action` defaults to Pause
+    even when only `after` is given (a model of its own: the nested default is what the API server fills in)."""
+
+    action: FallbackAction = FallbackAction.PAUSE
+    """`Pause` waits for a human; `Rollback` returns traffic to stable."""
+
+
 class AnalysisSpec(ApiModel):
     """How often and over what window the canary is measured, and how sure a failure must be."""
 
@@ -560,8 +568,9 @@ class AnalysisSpec(ApiModel):
     """When results stay inconclusive (too few samples to show the canary within its guardrails, empty or NaN
     answers). 30 minutes by default: showing an error rate within 1 point of stable's takes ~1,700 canary
     requests, which one canary pod at 1 request/s gathers in 28 minutes."""
-    on_provider_error: Fallback = Fallback(after="10m", action=FallbackAction.PAUSE)
-    """When Prometheus is unreachable or answers badly."""
+    on_provider_error: ProviderErrorFallback = ProviderErrorFallback(after="10m")
+    """When Prometheus is unreachable or answers badly. Pauses unless `action` says otherwise (`{after: 5m}`
+    pauses after 5 minutes)."""
 
 
 class Guardrails(ApiModel):
@@ -792,9 +801,11 @@ class SpeculativeDeploymentSpec(ApiModel):
             ".all(r, !(self.accelerator.?resourceName.orValue('amd.com/gpu') in r))",
             message="template.vllm.resources must not set the GPU resource: it comes from accelerator.count",
             field_path=".template.vllm.resources",
-            holds=lambda s: s.template is None
-            or s.accelerator.resource_name
-            not in {*s.template.vllm.resources.requests, *s.template.vllm.resources.limits},
+            holds=lambda s: (
+                s.template is None
+                or s.accelerator.resource_name
+                not in {*s.template.vllm.resources.requests, *s.template.vllm.resources.limits}
+            ),
         ),
     )
 
