@@ -21,11 +21,22 @@ Schema = dict[str, Any]
 
 _DROPPED_KEYS = ("title", "examples", "const", "$defs")
 
+WIDE = 1
+"""Printer-column priority shown only by `kubectl get -o wide`."""
+
 PRINTER_COLUMNS: list[dict[str, Any]] = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-    {"name": "Stable", "type": "string", "jsonPath": ".status.stableRevision"},
-    {"name": "Canary", "type": "string", "jsonPath": ".status.canaryRevision"},
-    {"name": "Weight", "type": "integer", "jsonPath": ".status.canaryWeight"},
+    {"name": "Step", "type": "string", "description": "Canary step / steps", "jsonPath": ".status.stepProgress"},
+    {
+        "name": "Weight",
+        "type": "integer",
+        "description": "Canary share of traffic, %",
+        "jsonPath": ".status.canaryWeight",
+    },
+    {"name": "Ready", "type": "string", "description": "Ready pods / replicas", "jsonPath": ".status.readySummary"},
+    {"name": "Config", "type": "string", "description": "Speculative config", "jsonPath": ".status.config"},
+    {"name": "Stable", "type": "string", "priority": WIDE, "jsonPath": ".status.stableRevision"},
+    {"name": "Canary", "type": "string", "priority": WIDE, "jsonPath": ".status.canaryRevision"},
     {
         "name": "Alpha",
         "type": "number",
@@ -34,11 +45,11 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
         "jsonPath": ".status.lastAnalysis.canary.acceptanceAlpha",
     },
     {
-        "name": "P95-Token",
+        "name": "P95-Token-ms",
         "type": "number",
         "format": "float",
-        "description": "Canary p95 per-token latency (s) at the last analysis",
-        "jsonPath": ".status.lastAnalysis.canary.tokenLatencyP95Seconds",
+        "description": "Canary p95 per-token latency (ms) at the last analysis",
+        "jsonPath": ".status.canaryTokenLatencyP95Ms",
     },
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]
@@ -71,6 +82,12 @@ def _convert(node: Schema, definitions: dict[str, Schema]) -> Schema:
             out[key] = _convert(value, definitions)
         elif key == "additionalProperties" and value is False:
             continue  # extra="forbid": the API server refuses unknown fields on its own
+        elif key == "propertyNames":  # not structural: the same check as a CEL rule over the keys
+            out.setdefault("x-kubernetes-validations", []).append(_keys_rule(value))
+        elif key == "patternProperties":  # a map with a key pattern: its values, and the pattern as CEL
+            ((pattern, values),) = value.items()
+            out["additionalProperties"] = _convert(values, definitions)
+            out.setdefault("x-kubernetes-validations", []).append(_keys_rule({"pattern": pattern}))
         elif key == "description":
             out[key] = " ".join(value.split())
         elif key in ("exclusiveMinimum", "exclusiveMaximum"):
@@ -83,6 +100,19 @@ def _convert(node: Schema, definitions: dict[str, Schema]) -> Schema:
         if out["default"] is None:
             del out["default"]
     return _readable_order(out)
+
+
+def _keys_rule(names: Schema) -> dict[str, str]:
+    """A map's `propertyNames` (a pattern and a length) as the CEL rule the API server can evaluate."""
+    checks = []
+    if "pattern" in names:
+        checks.append(f"k.matches('{names['pattern']}')")
+    if "maxLength" in names:
+        checks.append(f"size(k) <= {names['maxLength']}")
+    if "minLength" in names:
+        checks.append(f"size(k) >= {names['minLength']}")
+    wanted = ", ".join(f"{name} {value}" for name, value in names.items())
+    return {"rule": f"self.all(k, {' && '.join(checks)})", "message": f"keys must have {wanted}"}
 
 
 def _readable_order(node: Schema) -> Schema:
@@ -185,8 +215,9 @@ def crd() -> Schema:
                             "description": SpeculativeDeploymentSpec.__doc__,
                             "required": ["spec"],
                             "properties": {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
+                                "apiVersion": {"type": "string", "description": f"`{GROUP}/{VERSION}`."},
+                                "kind": {"type": "string", "description": f"`{KIND}`."},
+                                # the API server refuses anything but a bare type on a CR's metadata
                                 "metadata": {"type": "object"},
                                 "spec": spec_schema,
                                 "status": status_schema,

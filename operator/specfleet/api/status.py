@@ -38,12 +38,17 @@ class Condition(ApiModel):
     """A Kubernetes-convention condition (`type`, `status`, `reason`, `message`)."""
 
     type: Annotated[str, Field(max_length=316)]
+    """The condition's name, e.g. `Available` (what `kubectl wait --for=condition=<type>` names)."""
     status: ConditionStatus
+    """`True`, `False` or `Unknown`."""
     reason: Annotated[str, Field(max_length=1024)] = ""
     """CamelCase, machine-readable cause."""
     message: Annotated[str, Field(max_length=32768)] = ""
+    """The cause in words, with the numbers behind it."""
     last_transition_time: datetime | None = None
+    """When `status` last changed."""
     observed_generation: int | None = None
+    """The `metadata.generation` of the spec the condition was set for."""
 
 
 class Verdict(StrEnum):
@@ -80,9 +85,11 @@ class Measurements(ApiModel):
     batch_size_mean: float | None = None
     """Requests running per pod, averaged over the range (`vllm:num_requests_running`): the batch size."""
     ttft_p95_seconds: float | None = None
+    """p95 time to first token over finished requests, in seconds."""
     error_rate: float | None = None
     """Requests that ended in error / finished requests (client aborts excluded)."""
     generation_tokens_per_second: float | None = None
+    """Output tokens per second over all the track's pods."""
     requests_per_pod_per_second: float | None = None
     """Finished requests per second per pod: the per-pod load the tracks were compared at."""
     generation_tokens_per_pod_per_second: float | None = None
@@ -114,12 +121,17 @@ class GuardrailCheck(ApiModel):
     guardrail: Annotated[str, Field(max_length=64)]
     """The guardrail's field in `rollout.guardrails`, e.g. `maxTokenLatencyP95Regression`."""
     verdict: Verdict
+    """`Pass` when the bound shows the canary within the limit, `Fail` when it is surely past it, `Inconclusive`
+    in between or with too little evidence, `Error` when Prometheus could not answer."""
     estimate: float | None = None
     """In the limit's unit: a relative change (0.07 = 7% worse than stable), a share, or seconds."""
     lower: float | None = None
+    """Lower confidence bound on the estimate (a confidence sequence: valid at every look at once)."""
     upper: float | None = None
-    """The confidence sequence's bounds on the estimate (valid at every look at once)."""
+    """Upper confidence bound on the estimate (likewise)."""
     limit: float | None = None
+    """The guardrail's limit from `rollout.guardrails`, in the estimate's unit; unset for a guardrail without
+    one set."""
     needs: ShortText | None = None
     """For an Inconclusive check: about how much more evidence would decide it, at the current rate."""
 
@@ -128,9 +140,14 @@ class Analysis(ApiModel):
     """The last judgement of a canary, with the evidence."""
 
     time: datetime
+    """When the analysis was made."""
     revision: Annotated[str, Field(max_length=63)]
+    """The canary revision it judged."""
     step: int
+    """The step it was made in: an index into `spec.rollout.steps`, 0 for the first."""
     verdict: Verdict
+    """`Pass` (every guardrail shown within its limit), `Fail` (one surely past it), `Inconclusive` (too little
+    or unusable evidence to decide) or `Error` (Prometheus unreachable, or its auth Secret missing)."""
     reasons: Annotated[list[ShortText], Field(max_length=32)] = []
     """Why, with the numbers and the confidence bound that decided each guardrail (or what was missing)."""
     look: int = 1
@@ -141,7 +158,9 @@ class Analysis(ApiModel):
     checks: Annotated[list[GuardrailCheck], Field(max_length=16)] = []
     """Every guardrail judged at this analysis, Pass or not."""
     canary: Measurements = Measurements()
+    """What Prometheus said about the canary track over the evidence range."""
     stable: Measurements = Measurements()
+    """What Prometheus said about the stable track over the same range: the baseline."""
 
 
 class Outcome(StrEnum):
@@ -151,19 +170,29 @@ class Outcome(StrEnum):
     SUPERSEDED = "Superseded"
     KEPT_STABLE = "KeptStable"
     """An experiment found no candidate that beats stable: nothing was promoted."""
+    CREATED = "Created"
+    """The revision the fleet was created with: stable from the start, never canaried (`undo` can return to it)."""
 
 
 class HistoryEntry(ApiModel):
-    """One revision that was canaried, and how it ended."""
+    """One revision that served or was canaried, and how it ended (or `Created`: the fleet started on it)."""
 
     revision: Annotated[str, Field(max_length=63)]
+    """The revision that was canaried."""
     outcome: Outcome
+    """`Promoted`; `RolledBack` (a guardrail failed, or it crashed); `Aborted` (by a user, a failed preflight or
+    the progress deadline); `Superseded` (the spec moved on before it ended); `KeptStable` (an experiment
+    found no candidate that beats stable, so nothing was promoted)."""
     time: datetime
+    """When it ended."""
     reason: ShortText = ""
+    """Why it ended so, in words."""
     summary: ShortText = ""
     """The speculative config in a few words, e.g. `eagle3 k=5 yuhuili/EAGLE3-LLaMA3.1-Instruct-8B`."""
     acceptance_alpha: float | None = None
+    """Per-token acceptance alpha at its last analysis."""
     acceptance_rate: float | None = None
+    """Accepted / drafted tokens at its last analysis."""
     token_latency_p95_seconds: float | None = None
     """p95 per-token latency of the last analysis of this revision."""
     serving: ServingSnapshot | None = None
@@ -188,17 +217,25 @@ class CandidateResult(ApiModel):
     index: int
     """Its place in `spec.autoTune.candidates`."""
     revision: Annotated[str, Field(max_length=63)]
+    """The revision the candidate's config renders to."""
     summary: ShortText = ""
+    """Its speculative config in a few words, e.g. `eagle3 k=3`."""
     num_speculative_tokens: int | None = None
     """k (0 without speculation), the last tie-break."""
     state: CandidateState = CandidateState.PENDING
+    """`Pending` (not measured yet), `Measuring`, `Measured`, `Failed` (a guardrail failed, its pods never got
+    Ready, or its preflight failed: it cannot win), `SameAsStable` (it is what stable serves: nothing to
+    measure), `Chosen` (the winner, canaried through every step) or `Lost`."""
     token_latency_ratio: float | None = None
     """Its mean per-token latency / stable's over the same window: what the experiment ranks by."""
     throughput_ratio: float | None = None
     """Its output tokens/s per pod / stable's over the same window: the first tie-break."""
     canary: Measurements | None = None
+    """What was measured of the candidate."""
     stable: Measurements | None = None
+    """What was measured of stable over the same window."""
     reason: ShortText = ""
+    """Why it is in its state: what failed, or how it compared with stable."""
     started_at: datetime | None = None
     """Side by side: when its slice was asked for (its pods must be Ready within `rollout.progressDeadline`)."""
     ready_at: datetime | None = None
@@ -219,9 +256,11 @@ class ExperimentStatus(ApiModel):
     side_by_side: bool = False
     """Every candidate on its own slice (`<name>-candidate-<i>`) beside stable at once, over the same windows."""
     candidates: Annotated[list[CandidateResult], Field(max_length=8)] = []
+    """Every candidate, in the order of `spec.autoTune.candidates`, with what was measured of it."""
     chosen: int | None = None
     """Index of the winning candidate, canaried (and then served) under `revision`."""
     started_at: datetime | None = None
+    """When the experiment started."""
     ended_at: datetime | None = None
     """When the choice was made (or every candidate was found wanting)."""
 
@@ -230,12 +269,15 @@ class LoadPointStatus(ApiModel):
     """One measured mean step time of the served drafter at a depth and a batch size, over one window."""
 
     k: int
+    """The depth (tokens drafted per step) the fleet served."""
     batch: float
     """Requests running per pod, averaged over the window."""
     step_seconds: float
+    """Mean engine-step time at that depth and batch size, in seconds."""
     samples: float
     """Finished requests behind the measurement (its weight in the fit)."""
     time: datetime
+    """When it was measured."""
 
 
 class ScheduleProposal(ApiModel):
@@ -246,9 +288,11 @@ class ScheduleProposal(ApiModel):
     disable_above: int | None = None
     """For engines without the schedule: the largest batch that still pays for speculation."""
     reason: ShortText = ""
+    """Why this schedule, or why there is none (e.g. too few load points yet)."""
     predictions: Annotated[list[ShortText], Field(max_length=32)] = []
     """Per batch range, the predicted per-token latency of each depth: why each range gets its depth."""
     time: datetime | None = None
+    """When it was proposed."""
 
 
 class TunedConfig(ApiModel):
@@ -257,8 +301,11 @@ class TunedConfig(ApiModel):
     base: Annotated[str, Field(max_length=63)]
     """The revision of the spec it tunes: a change of the spec leaves it behind."""
     revision: Annotated[str, Field(max_length=63)]
+    """The revision this config renders to."""
     serving: ServingSnapshot
+    """The serving part of the spec (model, speculative, engine, accelerator) its pods run."""
     time: datetime | None = None
+    """When it was made."""
 
 
 class AutoTuneStatus(ApiModel):
@@ -269,9 +316,12 @@ class AutoTuneStatus(ApiModel):
     acceptance_per_position: Annotated[list[float], Field(max_length=64)] = []
     """The longest per-position acceptance measured of that drafter: its tokens per step at any k."""
     points: Annotated[list[LoadPointStatus], Field(max_length=32)] = []
+    """The latest mean step times measured at the depths and batch sizes the fleet served: what the
+    schedule is fitted to."""
     last_look: datetime | None = None
     """The last time the fleet was measured while Healthy."""
     proposal: ScheduleProposal | None = None
+    """The batch-size schedule of the depth the load points suggest, or why there is none."""
     tuned: TunedConfig | None = None
     """The schedule applied (with `spec.autoTune.apply`): served under its own revision once promoted."""
 
@@ -280,10 +330,15 @@ class DriftReference(ApiModel):
     """What the serving revision measured as a canary when it was promoted: the drift baseline."""
 
     revision: Annotated[str, Field(max_length=63)]
+    """The revision promoted."""
     time: datetime
+    """When it was promoted."""
     acceptance_alpha: float | None = None
+    """Per-token acceptance alpha at its canary's last analysis."""
     token_latency_p95_seconds: float | None = None
+    """p95 per-token latency at its canary's last analysis, in seconds."""
     requests_per_pod_per_second: float | None = None
+    """Finished requests per second per pod at that analysis: the load latency is compared at."""
     prompt_tokens_per_request: float | None = None
     """Prompt tokens per finished request in that analysis: the length mix latency is compared at. Unset
     when the analysis had fewer than `guardrails.minRequests` requests."""
@@ -310,6 +365,7 @@ class DriftStatus(ApiModel):
     """Drift of the serving revision from what it measured at promotion (with `rollout.drift`)."""
 
     reference: DriftReference | None = None
+    """What the serving revision measured as a canary: the baseline each look is compared with."""
     drifted_looks: int = 0
     """Consecutive looks that found drift."""
     steady_looks: int = 0
@@ -330,40 +386,55 @@ class PreflightStatus(ApiModel):
     """The last preflight check of a new drafter (a Job in the serving image), which gates its canary."""
 
     revision: Annotated[str, Field(max_length=63)]
+    """The canary revision whose drafter was checked."""
     state: ShortText
     """Running, Passed or Failed."""
     message: ShortText = ""
+    """What the check found: the tokenizers' mismatch or the memory shortfall that failed it."""
     time: datetime | None = None
+    """When its state or message last changed."""
 
 
 class TrackReplicas(ApiModel):
+    """Ready pods per track."""
+
     stable: int = 0
+    """Ready pods of the stable track (`<name>-stable`)."""
     canary: int = 0
+    """Ready pods of the canary track (`<name>-canary`), and of an experiment's candidates measured side by
+    side."""
     holdback: int = 0
+    """Ready pods of the holdback (`<name>-holdback`, with `rollout.holdback`)."""
 
 
 class Speedup(ApiModel):
     """Stable against the holdback over one window: the benefit of the serving config over the reference."""
 
     time: datetime
+    """When it was measured."""
     estimate: float | None = None
-    """Holdback mean per-token latency / stable's: 1.3 = stable's tokens come 30% faster (None: unmeasured)."""
+    """Holdback mean per-token latency / stable's: 1.3 = stable's tokens come 30% faster (unset: unmeasured)."""
     lower: float | None = None
     """Lower confidence bound (at `analysis.confidence`, this window alone)."""
     upper: float | None = None
+    """Upper confidence bound (likewise)."""
     stable_token_latency_mean_seconds: float | None = None
+    """Stable's mean per-token latency over the window, in seconds."""
     holdback_token_latency_mean_seconds: float | None = None
+    """The holdback's mean per-token latency over the window, in seconds."""
     throughput_ratio: float | None = None
     """Stable's output tokens/s per pod / the holdback's (about 1 while both keep up with the same load)."""
     load_ratio: float | None = None
     """Stable's per-pod request rate / the holdback's: the split is fair when near 1."""
     message: ShortText = ""
+    """The measurement in words, or why there is none (e.g. too few requests finished)."""
 
 
 class HoldbackStatus(ApiModel):
     """The control group (with `rollout.holdback`): what it serves and the speed-up measured against it."""
 
     revision: Annotated[str, Field(max_length=63)] | None = None
+    """The revision the holdback's pods (`<name>-holdback`) serve; unset while no holdback runs."""
     summary: ShortText = ""
     """The reference config in a few words."""
     serving: ServingSnapshot | None = None
@@ -378,12 +449,35 @@ class SpeculativeDeploymentStatus(ApiModel):
     """Observed state and the rollout's progress."""
 
     phase: Phase = Phase.PENDING
+    """`Pending` (no replica Ready yet), `Progressing` (a canary is stepped or promoted, or replicas start),
+    `Paused` (waiting for `kubectl specfleet promote` or `abort`: a step without a pause duration, a failure with
+    `autoRollback` off, a `Pause` fallback, or no baseline to compare with), `Healthy` (every replica serves the
+    stable revision), `Degraded` (the spec cannot be rendered, or a promotion overran its progress deadline),
+    `Aborted` or `RolledBack` (the last canary was stopped: stable serves until the spec changes or
+    `kubectl specfleet retry`)."""
     observed_generation: int | None = None
+    """The `metadata.generation` this status was decided from: behind the object's, the operator has not acted
+    on the last change of the spec yet."""
     conditions: Annotated[list[Condition], Field(max_length=16)] = []
+    """`Available` (Ready pods cover `replicas`, stable has one), `Progressing` (its reason says what the rollout
+    waits for), `SpecValid`, `Guarded` (canaries are judged from Prometheus) and, with `rollout.drift`,
+    `SpeculationPaying`."""
     stable_revision: Annotated[str, Field(max_length=63)] | None = None
+    """The revision the stable track (`<name>-stable`) serves: a hash of what its pods run (image, `vllm serve`
+    command line, environment, GPU placement)."""
     canary_revision: Annotated[str, Field(max_length=63)] | None = None
+    """The revision canaried on `<name>-canary`; equal to `stableRevision` while it is being promoted; unset
+    without a canary."""
+    config: ShortText = ""
+    """The speculative config in a few words, as `kubectl get` shows it: the method and the depth k (with a
+    batch-size schedule, the depth of each range from the smallest batch up, e.g. `eagle3 k=4/2/0`). While a
+    canary is live, stable's then the canary's (`draft_model k=5 -> eagle3 k=4`); while an experiment measures
+    its candidates side by side, how many."""
     current_step: int | None = None
     """Index into spec.rollout.steps of the step in progress."""
+    step_progress: Annotated[str, Field(max_length=16)] = ""
+    """The canary's step and the number of steps, e.g. `2/3`, as `kubectl get` shows it; empty while no canary
+    is stepped (none live, or it is being promoted)."""
     canary_weight: Annotated[int, Field(ge=0, le=100)] = 0
     """Canary share of traffic, percent."""
     step_started_at: datetime | None = None
@@ -391,6 +485,10 @@ class SpeculativeDeploymentStatus(ApiModel):
     step_ready_at: datetime | None = None
     """When the current step's canary replicas were all Ready: its pause and analyses count from here."""
     canary_started_at: datetime | None = None
+    """When the current canary started."""
+    paused_at: datetime | None = None
+    """When `spec.paused` froze the rollout; on resume the step in progress starts over (its pause, evidence
+    and deadline anew)."""
     failed_analyses: int = 0
     """Failed analyses of the current canary revision."""
     analyses: int = 0
@@ -420,10 +518,18 @@ class SpeculativeDeploymentStatus(ApiModel):
     replicas: int = 0
     """Ready replicas over all tracks (the scale subresource reads it)."""
     ready_replicas: TrackReplicas = TrackReplicas()
+    ready_summary: Annotated[str, Field(max_length=32)] = ""
+    """Ready pods over all tracks / `spec.replicas`, e.g. `7/8`, as `kubectl get` shows it. It can be above
+    `spec.replicas` for a while: a step's new canary pods are Ready before stable gives way to them."""
     selector: Annotated[str, Field(max_length=1024)] = ""
     """Label selector of all the fleet's pods, for the scale subresource."""
     last_analysis: Analysis | None = None
+    """The last judgement of the current canary (kept after it ends, until the next canary starts)."""
+    canary_token_latency_p95_ms: float | None = None
+    """The canary's p95 per-token latency at the last analysis in milliseconds (`lastAnalysis.canary`'s, for
+    `kubectl get`); unset until it is measured."""
     history: Annotated[list[HistoryEntry], Field(max_length=HISTORY_MAX)] = []
+    """The revisions canaried, oldest first, and how each ended (the last `rollout.historyLimit`)."""
     stable_serving: ServingSnapshot | None = None
     """The serving part of the spec (model, speculative, engine, accelerator) at the stable revision, so the
     stable track can be rendered again while the spec already describes the canary."""

@@ -85,7 +85,14 @@ NamedObject = Annotated[
         {
             "type": "object",
             "required": ["name"],
-            "properties": {"name": {"type": "string", "maxLength": 63, "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"}},
+            "properties": {
+                "name": {
+                    "type": "string",
+                    "description": "Its name, a DNS label unique in the list (how the pod spec refers to it).",
+                    "maxLength": 63,
+                    "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+                }
+            },
             "x-kubernetes-preserve-unknown-fields": True,
         }
     ),
@@ -99,7 +106,14 @@ PodSecurityContext = Annotated[
     WithJsonSchema(
         {
             "type": "object",
-            "properties": {"supplementalGroups": {"type": "array", "items": {"type": "integer"}}},
+            "properties": {
+                "supplementalGroups": {
+                    "type": "array",
+                    "description": "Refused here: set from `accelerator.supplementalGroups`.",
+                    "maxItems": 8,
+                    "items": {"type": "integer"},
+                }
+            },
             "x-kubernetes-preserve-unknown-fields": True,
         }
     ),

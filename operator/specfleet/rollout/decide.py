@@ -13,6 +13,7 @@ from specfleet.api.vocabulary import Command, ConditionType, command_target
 from specfleet.autotune.candidates import base_spec
 from specfleet.render.manifests import canary_replicas, revision
 from specfleet.rollout.canary import progress_canary, start_canary, step_replicas
+from specfleet.rollout.columns import with_columns
 from specfleet.rollout.experiment import run_experiment, slice_replicas
 from specfleet.rollout.holdback import holdback_target, holdback_weight, keep_holdback
 from specfleet.rollout.lifecycle import drain, retire_canary
@@ -200,7 +201,8 @@ def _hold_rejected(p: Pass) -> Pass:
 
 
 def _with_replica_counts(p: Pass) -> Pass:
-    """Ready replicas per track, the Service's effective canary share, and the Available condition."""
+    """Ready replicas per track, the Service's effective canary share, the Available condition, and the
+    columns `kubectl get` shows (the last change of the status in a pass)."""
     obs = p.obs
     has_canary = p.status.canary_revision is not None or p.status.retiring_revision is not None
     stable_ready, canary_ready = obs.stable.ready, obs.canary.ready if has_canary else 0
@@ -218,7 +220,8 @@ def _with_replica_counts(p: Pass) -> Pass:
     ready = p.status.ready_replicas.model_copy(
         update={"stable": stable_ready, "canary": canary_ready, "holdback": holdback_ready}
     )
-    return p.with_status(replicas=total_ready, ready_replicas=ready, canary_weight=weight)
+    p = p.with_status(replicas=total_ready, ready_replicas=ready, canary_weight=weight)
+    return p.but(status=with_columns(p.spec, p.status))
 
 
 def _route_weight(p: Pass) -> int:

@@ -1,9 +1,14 @@
 """The CRD is generated from the models, is structural, and defaults like the models do."""
 
+import importlib
+import inspect
+import pkgutil
+import re
 from typing import Any
 
 import yaml
 
+import specfleet.api
 from specfleet.api.base import ApiModel
 from specfleet.api.crd import PRINTER_COLUMNS, crd, crd_yaml, without_nulls
 from specfleet.api.spec import SpeculativeDeploymentSpec
@@ -116,16 +121,95 @@ def test_api_server_defaults_equal_the_models_defaults() -> None:
     assert by_server == without_nulls(by_models)
 
 
+def _node_at(json_path: str) -> dict[str, Any]:
+    node = _schema()
+    for part in json_path.strip(".").split("."):
+        assert part in node.get("properties", {}), json_path
+        node = node["properties"][part]
+    return node
+
+
 def test_printer_columns_and_scale_paths_point_into_the_schema() -> None:
     version = crd()["spec"]["versions"][0]
-    schema = _schema()
     paths = [c["jsonPath"] for c in PRINTER_COLUMNS if not c["jsonPath"].startswith(".metadata")]
     paths += [p for p in version["subresources"]["scale"].values()]
     for json_path in paths:
-        node = schema
-        for part in json_path.strip(".").split("."):
-            assert part in node.get("properties", {}), json_path
-            node = node["properties"][part]
+        _node_at(json_path)
+
+
+def test_printer_columns_have_the_type_of_their_field() -> None:
+    for column in PRINTER_COLUMNS:
+        if not column["jsonPath"].startswith(".metadata"):
+            assert _node_at(column["jsonPath"])["type"] == column["type"], column["name"]
+
+
+def test_the_revision_hashes_are_columns_of_the_wide_output_only() -> None:
+    wide = {c["jsonPath"] for c in PRINTER_COLUMNS if c.get("priority", 0) > 0}
+    assert wide == {".status.stableRevision", ".status.canaryRevision"}
+
+
+KUBERNETES_NAMES = frozenset(
+    {
+        "SpeculativeDeployment",
+        "ObjectMeta",
+        "PodTemplate",
+        "ResourceRequirements",
+        "VolumeMount",
+        "LocalObjectReference",
+    }
+)
+"""Classes of specfleet.api named as Kubernetes names what a user writes: a description may name those."""
+
+
+def _api_class_names() -> frozenset[str]:
+    """The classes specfleet.api defines whose names only a reader of its Python knows: every CamelCase name of
+    two words or more (a one-word name such as `Step` reads as the word)."""
+    names: set[str] = set()
+    for module in pkgutil.iter_modules(specfleet.api.__path__):
+        loaded = importlib.import_module(f"specfleet.api.{module.name}")
+        names |= {n for n, o in vars(loaded).items() if inspect.isclass(o) and o.__module__ == loaded.__name__}
+    return frozenset(n for n in names if not re.fullmatch(r"[A-Z][a-z]+", n)) - KUBERNETES_NAMES
+
+
+def _fields(node: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    """Every field at every depth: the properties, and the properties of list items (an item is no field)."""
+    fields = []
+    for name, child in node.get("properties", {}).items():
+        fields += [(f"{path}.{name}", child), *_fields(child, f"{path}.{name}")]
+    if isinstance(node.get("items"), dict):
+        fields += _fields(node["items"], f"{path}[]")
+    return fields
+
+
+def _description_problems(schema: dict[str, Any], class_names: frozenset[str]) -> list[str]:
+    problems = []
+    for path, node in _fields(schema):
+        description = node.get("description", "").strip()
+        if not description:
+            problems.append(f"{path}: no description")
+        named = sorted(name for name in class_names if re.search(rf"\b{name}\b", description))
+        if named:
+            problems.append(f"{path}: names the Python class {', '.join(named)}")
+    return problems
+
+
+def test_every_field_has_a_description_that_names_no_python_class() -> None:
+    schema = _schema()
+    ours = {**schema, "properties": {k: v for k, v in schema["properties"].items() if k != "metadata"}}
+    assert _description_problems(ours, _api_class_names()) == []  # the API server takes metadata bare
+
+
+def test_the_description_check_catches_a_missing_description_and_a_class_name() -> None:
+    item = {"type": "object", "description": "an item", "properties": {"d": {"type": "integer"}}}
+    listed = {"type": "array", "description": "a list", "items": item}
+    named = {"type": "object", "description": "see AutoTuneSpec", "properties": {"c": listed}}
+    schema = {"properties": {"a": {"type": "string"}, "b": named}}
+    assert "AutoTuneSpec" in _api_class_names() and "Step" not in _api_class_names()
+    assert _description_problems(schema, _api_class_names()) == [
+        ".a: no description",
+        ".b: names the Python class AutoTuneSpec",
+        ".b.c[].d: no description",
+    ]
 
 
 def test_names_short_names_and_category() -> None:
