@@ -460,8 +460,9 @@ class SpeculativeDeploymentStatus(ApiModel):
     on the last change of the spec yet."""
     conditions: Annotated[list[Condition], Field(max_length=16)] = []
     """`Available` (Ready pods cover `replicas`, stable has one), `Progressing` (its reason says what the rollout
-    waits for), `SpecValid`, `Guarded` (canaries are judged from Prometheus) and, with `rollout.drift`,
-    `SpeculationPaying`."""
+    waits for), `RolledOut` (True once the spec's revision serves, False when it was rolled back or aborted or
+    the spec is invalid, Unknown meanwhile: for `kubectl wait`), `SpecValid`, `Guarded` (canaries are judged
+    from Prometheus) and, with `rollout.drift`, `SpeculationPaying`."""
     stable_revision: Annotated[str, Field(max_length=63)] | None = None
     """The revision the stable track (`<name>-stable`) serves: a hash of what its pods run (image, `vllm serve`
     command line, environment, GPU placement)."""

@@ -72,3 +72,7 @@ class ConditionType(StrEnum):
     SPEC_VALID = "SpecValid"
     GUARDED = "Guarded"
     SPECULATION_PAYING = "SpeculationPaying"
+    ROLLED_OUT = "RolledOut"
+    """Whether the rollout of the spec has ended (`api.rollout_result`): True when it succeeded, False when it
+    failed (rolled back, aborted, invalid spec), Unknown while it goes on, so that `kubectl wait
+    --for=condition=RolledOut` and `--for=condition=RolledOut=False` each return only at an end."""

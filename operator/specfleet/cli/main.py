@@ -39,7 +39,7 @@ def plain_status_arguments(args: list[str]) -> dict[str, Any] | None:
     if not args or args[0] != "status":
         return None
     values: dict[str, Any] = {"name": None, "watch": False, "namespace": None, "output": "table",
-                              "kubeconfig": None, "context": None}  # fmt: skip
+                              "kubeconfig": None, "context": None, "wait": False, "timeout": None}  # fmt: skip
     remaining = iter(args[1:])
     for arg in remaining:
         option, equals, inline = arg.partition("=")

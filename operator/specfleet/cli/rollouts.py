@@ -14,6 +14,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
+from specfleet.api.durations import parse_duration
 from specfleet.api.vocabulary import GROUP, PLURAL, PROMOTE_FULL, VERSION, Command
 from specfleet.cli.view import (
     Cluster,
@@ -29,6 +30,7 @@ from specfleet.cli.view import (
     emit,
     errors,
     fail,
+    follow_rollout,
     get,
     history_table,
     patch,
@@ -47,6 +49,40 @@ KubeconfigOption = Annotated[str | None, typer.Option(help="Kubeconfig file; def
 ContextOption = Annotated[str | None, typer.Option(help="Kubeconfig context.")]
 OutputOption = Annotated[Output, typer.Option("--output", "-o", help="table for people, json or yaml for scripts.")]
 NameArgument = Annotated[str, typer.Argument(help="SpeculativeDeployment name.")]
+
+
+def _duration(value: str | None) -> str | None:
+    if value is not None:
+        try:
+            parse_duration(value)
+        except ValueError as error:
+            raise typer.BadParameter(str(error)) from error
+    return value
+
+
+WaitOption = Annotated[
+    bool,
+    typer.Option(
+        "--wait",
+        help="Follow the rollout to its end, for pipelines: one plain line per change of phase, step or verdict; "
+        "exit 0 when it succeeds (or there is nothing to do), 1 when it is rolled back or aborted (the reason on "
+        "stderr), 2 at --timeout. See docs/ci.md.",
+    ),
+]
+TimeoutOption = Annotated[
+    str | None,
+    typer.Option(
+        "--timeout",
+        callback=_duration,
+        help="With --wait: give up after this long (90s, 30m, 1h30m); exit 2.",
+        show_default="no limit",
+    ),
+]
+
+
+def _check_wait(wait: bool, timeout: str | None) -> None:
+    if timeout is not None and not wait:
+        raise typer.BadParameter("--timeout needs --wait", param_hint="--timeout")
 
 
 def list_command(
@@ -100,9 +136,16 @@ def status_command(
     output: OutputOption = Output.TABLE,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
+    wait: WaitOption = False,
+    timeout: TimeoutOption = None,
 ) -> None:
-    """Phase, step and weight, ready replicas per track, the last analysis and the verdict history."""
-    show_status(name, watch, namespace, output, kubeconfig, context)
+    """Phase, step and weight, ready replicas per track, the last analysis and the verdict history.
+
+    In a pipeline, after `kubectl apply`: `status NAME --wait --timeout 45m` exits as the rollout ends (docs/ci.md)."""
+    _check_wait(wait, timeout)
+    if wait and (watch or output is not Output.TABLE):
+        raise typer.BadParameter("--wait prints plain lines: not with --watch or --output", param_hint="--wait")
+    show_status(name, watch, namespace, output, kubeconfig, context, wait, timeout)
 
 
 def _target(command: Command, status: dict[str, Any]) -> str | None:
@@ -118,8 +161,9 @@ COMMAND_ATTEMPTS = 5
 
 def _command(
     name: str, command: "Command", value: str, namespace: str | None, kubeconfig: str | None, context: str | None
-) -> None:
-    """Write the command annotation bound to what it is for (`revision=<rev>`), or refuse and write nothing.
+) -> tuple[Cluster, tuple[str, str]]:
+    """Write the command annotation bound to what it is for (`revision=<rev>`), or refuse and write nothing;
+    the cluster and what was written (annotation, value), for `--wait`.
 
     The write carries the resourceVersion that was read, so the check and the write see the same object
     (a 409 means it changed: read and check again).
@@ -156,8 +200,8 @@ def _command(
             f"{command.value} requested for {cluster.namespace}/{name} (revision {target}); "
             f"`specfleet status {name} -w` to follow"
         )
-        return
-    fail(f"{cluster.namespace}/{name} kept changing; nothing written, try again")
+        return cluster, (command.annotation, stamped)
+    return fail(f"{cluster.namespace}/{name} kept changing; nothing written, try again")
 
 
 def promote_command(
@@ -166,9 +210,14 @@ def promote_command(
     namespace: NamespaceOption = None,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
+    wait: WaitOption = False,
+    timeout: TimeoutOption = None,
 ) -> None:
     """Move the canary on: end the current step (a manual gate, or a pause after a failure), or --full."""
-    _command(name, Command.PROMOTE, PROMOTE_FULL if full else "step", namespace, kubeconfig, context)
+    _check_wait(wait, timeout)
+    cluster, written = _command(name, Command.PROMOTE, PROMOTE_FULL if full else "step", namespace, kubeconfig, context)
+    if wait:
+        raise SystemExit(follow_rollout(cluster, name, timeout, written))
 
 
 def abort_command(
@@ -186,9 +235,14 @@ def retry_command(
     namespace: NamespaceOption = None,
     kubeconfig: KubeconfigOption = None,
     context: ContextOption = None,
+    wait: WaitOption = False,
+    timeout: TimeoutOption = None,
 ) -> None:
     """Canary again a revision that was aborted or rolled back."""
-    _command(name, Command.RETRY, "user", namespace, kubeconfig, context)
+    _check_wait(wait, timeout)
+    cluster, written = _command(name, Command.RETRY, "user", namespace, kubeconfig, context)
+    if wait:
+        raise SystemExit(follow_rollout(cluster, name, timeout, written))
 
 
 def undo_command(

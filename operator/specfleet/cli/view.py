@@ -375,9 +375,14 @@ def show_status(
     output: Output = Output.TABLE,
     kubeconfig: str | None = None,
     context: str | None = None,
+    wait: bool = False,
+    timeout: str | None = None,
 ) -> None:
-    """`status`: the object's status as tables (redrawn with `watch`), or as JSON or YAML."""
+    """`status`: the object's status as tables (redrawn with `watch`), or as JSON or YAML; with `wait`, one line
+    per change until the rollout ends (`specfleet.cli.wait`), and its exit code."""
     cluster = connect(kubeconfig, context, namespace)
+    if wait:
+        raise SystemExit(follow_rollout(cluster, name, timeout))
     obj = get(cluster, name)
     if output is not Output.TABLE:
         emit(obj.get("status") or {}, output)
@@ -394,3 +399,19 @@ def show_status(
                 live.update(render_status(get(cluster, name)))
         except KeyboardInterrupt:
             pass
+
+
+def follow_rollout(cluster: Cluster, name: str, timeout: str | None, command: tuple[str, str] | None = None) -> int:
+    """Follow the rollout of `name` to its end (`specfleet.cli.wait.follow`); the exit code. An API error that
+    is not worth trying again ends it as one line (exit 1)."""
+    from specfleet.cli.wait import follow
+
+    def read() -> dict[str, Any]:  # errors as raised: `follow` tries a connection error again, `get` would exit
+        obj = cluster.api.get_namespaced_custom_object(GROUP, VERSION, cluster.namespace, PLURAL, name)
+        if not isinstance(obj, dict):
+            raise TypeError(f"speculativedeployment {what}: the API answered {type(obj).__name__}")
+        return obj
+
+    what = f"{cluster.namespace}/{name}"
+    with api_errors(f"speculativedeployment {what}"):
+        return follow(read, what, timeout, command)

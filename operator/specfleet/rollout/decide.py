@@ -18,6 +18,7 @@ from specfleet.rollout.experiment import run_experiment, slice_replicas
 from specfleet.rollout.holdback import holdback_target, holdback_weight, keep_holdback
 from specfleet.rollout.lifecycle import drain, retire_canary
 from specfleet.rollout.moves import Budget, TrackPods, budget, move
+from specfleet.rollout.rolled_out import rolled_out
 from specfleet.rollout.state import Decided, Pass
 from specfleet.rollout.tuning import look_at_fleet, tuned_revision
 from specfleet.rollout.types import Decision, Observation, TrackTarget, live_canary
@@ -40,7 +41,7 @@ def decide(spec: SpeculativeDeploymentSpec, status: SpeculativeDeploymentStatus,
         p = run_experiment(p, desired)
     else:
         p = progress_canary(start_canary(p, desired) if p.status.canary_revision != desired else p)
-    return _finish(_drop_stale_commands(keep_holdback(drain(p))))
+    return _finish(rolled_out(_drop_stale_commands(keep_holdback(drain(p)))))
 
 
 def _guarded_condition(p: Pass) -> Pass:
@@ -118,6 +119,7 @@ def _invalid_spec(p: Pass) -> Decision:
         c.type == ConditionType.SPEC_VALID and c.status == "False" and c.message == message for c in p.status.conditions
     )
     p = p.with_condition(ConditionType.SPEC_VALID, False, "InvalidSpec", message).with_status(phase=Phase.DEGRADED)
+    p = rolled_out(p)
     if not already_said:
         p = p.with_event("InvalidSpec", message, warning=True)
     p = _with_replica_counts(p.but(canary_traffic=p.status.canary_weight > 0))

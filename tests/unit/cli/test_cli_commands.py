@@ -2,37 +2,16 @@
 bind the command to the canary (or rejected revision) they were given for, and write only over the
 version they read."""
 
-from typing import Any
-
 import pytest
-from kubernetes.client.exceptions import ApiException
 from typer.testing import CliRunner
 
 from specfleet.api.vocabulary import command_target
 from specfleet.cli import rollouts
 from specfleet.cli.main import app
 
+from clikit import FakeApi
+
 runner = CliRunner()
-
-
-class FakeApi:
-    """The SpeculativeDeployment as the API server holds it; patches are recorded (and may conflict once)."""
-
-    def __init__(self, status: dict[str, Any], conflicts: int = 0) -> None:
-        self.obj = {"metadata": {"name": "llama", "namespace": "ns", "resourceVersion": "7"}, "status": status}
-        self.patches: list[dict[str, Any]] = []
-        self.conflicts = conflicts
-
-    def get_namespaced_custom_object(self, *args: Any) -> dict[str, Any]:
-        return self.obj
-
-    def patch_namespaced_custom_object(self, group: str, version: str, ns: str, plural: str, name: str, body: Any):
-        if self.conflicts:
-            self.conflicts -= 1
-            self.obj["metadata"]["resourceVersion"] = str(int(self.obj["metadata"]["resourceVersion"]) + 1)
-            raise ApiException(status=409, reason="Conflict")
-        self.patches.append(body)
-        return self.obj
 
 
 @pytest.fixture
