@@ -124,6 +124,11 @@ class Fleet:
         return probe
 
 
+def canaried(status: dict[str, Any]) -> list[dict[str, Any]]:
+    """The history's canaried revisions: all but the `Created` entry of the revision the fleet started on."""
+    return [h for h in status.get("history", []) if h["outcome"] != "Created"]
+
+
 def sdep(name: str = "llama", replicas: int = 2, steps: list[dict[str, Any]] | None = None, **spec: Any) -> dict:
     return {
         "apiVersion": API_VERSION,

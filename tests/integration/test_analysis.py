@@ -34,6 +34,7 @@ from fleetkit import (
     Fleet,
     Operator,
     Simulator,
+    canaried,
     free_port,
     sdep,
     start_canary,
@@ -124,10 +125,10 @@ def test_tokens_never_leave_their_secrets(
     operator.start()
     try:
         fleet.patch_spec("llama", {"speculative": {**bad, "numSpeculativeTokens": 3}})
-        wait_for("a second rollback", lambda: len(fleet.status("llama").get("history", [])) >= 2, timeout=180)
+        wait_for("a second rollback", lambda: len(canaried(fleet.status("llama"))) >= 2, timeout=180)
     finally:
         operator.stop()
-    assert [h["outcome"] for h in fleet.status("llama")["history"]][-2:] == ["RolledBack", "RolledBack"]
+    assert [h["outcome"] for h in canaried(fleet.status("llama"))][-2:] == ["RolledBack", "RolledBack"]
     events = fleet.core.list_namespaced_event(fleet.namespace).items
     plugin = fleet.kubectl("specfleet", "status", "llama", check=False)
     seen = {
@@ -173,7 +174,7 @@ def test_a_canary_failing_5_percent_of_requests_is_rolled_back_not_promoted(
     print(f"\n5% errors rolled back {time.monotonic() - started:.0f} s after the change")
     outcome = last_outcome(fleet)
     assert "error rate" in outcome["reason"] and "lower bound > limit 1.00%" in outcome["reason"], outcome
-    assert [h["outcome"] for h in fleet.status("llama")["history"]] == ["RolledBack"]
+    assert [h["outcome"] for h in canaried(fleet.status("llama"))] == ["RolledBack"]
 
 
 def test_the_good_drafter_at_k1_against_a_k5_stable_is_rolled_back_on_the_mean_per_token_latency(
@@ -223,7 +224,7 @@ def test_an_a_a_canary_is_promoted_not_rolled_back(
     canary = wait_for("a canary", lambda: (c := fleet.status("llama").get("canaryRevision")) != stable and c)
     wait_for("promotion", lambda: fleet.status("llama").get("stableRevision") == canary, timeout=420)
     print(f"\nan A/A canary promoted {time.monotonic() - started:.0f} s after the change")
-    assert [h["outcome"] for h in fleet.status("llama")["history"]] == ["Promoted"]
+    assert [h["outcome"] for h in canaried(fleet.status("llama"))] == ["Promoted"]
 
 
 def test_an_a_a_canary_keeps_up_with_stable_under_the_throughput_and_kv_guardrails(
@@ -241,7 +242,7 @@ def test_an_a_a_canary_keeps_up_with_stable_under_the_throughput_and_kv_guardrai
     reasons = status["lastAnalysis"]["reasons"]
     assert any(r.startswith("completed") and "limit 10%" in r for r in reasons), reasons
     assert any(r.startswith("KV-cache usage") and "ceiling 95%" in r for r in reasons), reasons
-    assert [h["outcome"] for h in fleet.status("llama")["history"]] == ["Promoted"]
+    assert [h["outcome"] for h in canaried(fleet.status("llama"))] == ["Promoted"]
 
 
 def test_a_drafter_that_turns_bad_after_the_first_step_is_caught(

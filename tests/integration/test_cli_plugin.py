@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -51,7 +52,8 @@ def test_list_status_promote_history_and_undo(operator: Operator, fleet: Fleet, 
     second = wait_for("promotion", lambda: (s := fleet.status("llama")).get("phase") == "Healthy"
                       and s["stableRevision"] != first and s["stableRevision"])  # fmt: skip
     history = yaml.safe_load(cli(dev_cluster, fleet.namespace, "history", "llama", "-o", "yaml").stdout)
-    assert [h["outcome"] for h in history] == ["Promoted"] and history[0]["revision"] == second
+    assert [h["outcome"] for h in history] == ["Created", "Promoted"]
+    assert [h["revision"] for h in history] == [first, second]
 
     fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 3}})
     wait_for("the next gate", fleet.phase_is("llama", "Paused"))
@@ -63,6 +65,42 @@ def test_list_status_promote_history_and_undo(operator: Operator, fleet: Fleet, 
     assert undo.returncode == 0, undo.stderr
     assert fleet.get("llama")["spec"]["speculative"]["numSpeculativeTokens"] == 2
     wait_for("a canary of the old revision", lambda: fleet.status("llama").get("canaryRevision") == second)
+
+
+def test_undo_returns_to_the_first_revision(operator: Operator, fleet: Fleet, dev_cluster: ClusterInfo) -> None:
+    first = healthy(fleet)["stableRevision"]
+    fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 2}})
+    wait_for("k=2 promoted", lambda: (s := fleet.status("llama"))["stableRevision"] != first
+             and s.get("phase") == "Healthy")  # fmt: skip
+    undo = cli(dev_cluster, fleet.namespace, "undo", "llama")
+    assert undo.returncode == 0, undo.stderr
+    assert fleet.get("llama")["spec"]["speculative"]["numSpeculativeTokens"] == 4
+    wait_for("the first revision stable again", lambda: (s := fleet.status("llama"))["stableRevision"] == first
+             and s.get("phase") == "Healthy" and s["history"][-1]["outcome"] == "Promoted")  # fmt: skip
+
+
+def test_pause_holds_a_canary_mid_step_and_resume_goes_on(
+    operator: Operator, fleet: Fleet, dev_cluster: ClusterInfo
+) -> None:
+    healthy(fleet, steps=[{"weight": 50, "pause": {"duration": "5s"}}])
+    fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 2}})
+    canary = wait_for("canary traffic", lambda: fleet.status("llama").get("canaryWeight") and fleet.status("llama"))
+    assert cli(dev_cluster, fleet.namespace, "pause", "llama").returncode == 0
+    paused = wait_for(
+        "the pause", lambda: (s := fleet.status("llama")).get("pausedAt") and s.get("phase") == "Paused" and s
+    )
+    assert paused["canaryRevision"] == canary["canaryRevision"]
+    # a negative is seen over a window: three times the step's pause, the canary neither promoted nor moved
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        now = fleet.status("llama")
+        assert now["phase"] == "Paused" and now["canaryRevision"] == canary["canaryRevision"], now
+        assert now["canaryWeight"] == paused["canaryWeight"] and now["stableRevision"] == canary["stableRevision"]
+        time.sleep(0.5)
+    assert cli(dev_cluster, fleet.namespace, "resume", "llama").returncode == 0
+    promoted = canary["canaryRevision"]
+    wait_for("promotion after resume", lambda: (s := fleet.status("llama"))["stableRevision"] == promoted
+             and s.get("phase") == "Healthy")  # fmt: skip
 
 
 def test_abort_and_retry_from_the_cli(operator: Operator, fleet: Fleet, dev_cluster: ClusterInfo) -> None:

@@ -15,7 +15,7 @@ import pytest
 from specfleet.devcluster.cluster import ClusterInfo
 from specfleet.devcluster.gateway import install_httproute_crd
 
-from fleetkit import Fleet, Operator, healthy, sdep, wait_for
+from fleetkit import Fleet, Operator, canaried, healthy, sdep, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -136,7 +136,7 @@ def test_a_killed_operator_resumes_at_the_same_step_without_duplicates(operator:
     fleet.annotate("llama", "specfleet.io/promote", "step")
     wait_for("promotion after a second restart", fleet.phase_is("llama", "Healthy"))
     assert set(fleet.deployments()) <= {"llama-stable", "llama-canary"}
-    assert [h["outcome"] for h in fleet.status("llama")["history"]] == ["Promoted"]
+    assert [h["outcome"] for h in canaried(fleet.status("llama"))] == ["Promoted"]
 
 
 def test_deletion_cleans_up_even_with_the_operator_gone(operator: Operator, fleet: Fleet) -> None:
@@ -263,7 +263,7 @@ def test_stale_commands_are_dropped_not_kept_for_the_next_canary(operator: Opera
     wait_for("a CommandIgnored event", lambda: events(fleet, "CommandIgnored"))
     fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 2}})
     status = wait_for("the canary at its gate", fleet.phase_is("llama", "Paused"))
-    assert status["stableRevision"] != status["canaryRevision"] and not status.get("history")
+    assert status["stableRevision"] != status["canaryRevision"] and not canaried(status)
 
     promoted = specfleet_cli(fleet, "promote", "llama")
     assert promoted.returncode == 0, promoted.stderr
@@ -282,7 +282,7 @@ def test_a_rollback_takes_traffic_off_before_the_canary_goes(operator: Operator,
         assert selector.get("specfleet.io/track") == "stable"
     wait_for("the canary Deployment to go after the drain", lambda: "llama-canary" not in fleet.deployments())
     status = fleet.status("llama")
-    assert "retiringRevision" not in status and [h["outcome"] for h in status["history"]] == ["Aborted"]
+    assert "retiringRevision" not in status and [h["outcome"] for h in canaried(status)] == ["Aborted"]
 
 
 def test_an_unreadable_prometheus_secret_is_an_error_verdict(
@@ -333,7 +333,7 @@ def test_a_rollout_survives_repeated_sigkills(operator: Operator, fleet: Fleet) 
         operator.start()
         assert kills < 40, f"no promotion after {kills} kills: {fleet.status('llama')}"
     status = fleet.status("llama")
-    assert [(h["revision"], h["outcome"]) for h in status["history"]] == [(canary, "Promoted")]
+    assert [(h["revision"], h["outcome"]) for h in canaried(status)] == [(canary, "Promoted")]
     wait_for("the canary to go", lambda: set(fleet.deployments()) == {"llama-stable"}, timeout=60)
     services = {s.metadata.name for s in fleet.core.list_namespaced_service(fleet.namespace).items}
     assert services == {"llama"}

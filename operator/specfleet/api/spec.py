@@ -14,6 +14,7 @@ from pydantic import AfterValidator, Field, JsonValue, WithJsonSchema
 from specfleet.api.base import ApiModel, Rule
 from specfleet.api.durations import DURATION_PATTERN
 from specfleet.api.template import PodTemplate
+from specfleet.api.vocabulary import SERVING_FIELDS
 from specfleet.hardware import GPU_RESOURCE
 
 DEFAULT_NUM_SPECULATIVE_TOKENS = 5
@@ -767,6 +768,10 @@ class SpeculativeDeploymentSpec(ApiModel):
     storage: StorageSpec = StorageSpec()
     rollout: RolloutSpec = RolloutSpec()
     prometheus: PrometheusSpec = PrometheusSpec()
+    paused: bool = False
+    """Freeze the rollout (`kubectl specfleet pause`): no canary starts, no step advances, no analysis runs or
+    counts, no rollback on a guardrail, and traffic stays as it is; `kubectl specfleet abort` still works. A
+    promotion already under way completes. On resume the step in progress starts over. Not part of the revision."""
     template: PodTemplate | None = None
     """Optional: how the vLLM pods fit the cluster (labels, annotations, service account, pull secrets,
     priority, node selection, volumes, sidecars, CPU and memory). A change is a new revision, canaried, except
@@ -865,6 +870,3 @@ class SpeculativeDeploymentSpec(ApiModel):
             return "no speculation"
         depth = spec.num_speculative_tokens or DEFAULT_NUM_SPECULATIVE_TOKENS
         return " ".join(part for part in (spec.method.value, f"k={depth}", spec.model) if part)
-
-
-SERVING_FIELDS = ("model", "speculative", "engine", "accelerator", "template")

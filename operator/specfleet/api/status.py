@@ -508,6 +508,9 @@ class SpeculativeDeploymentStatus(ApiModel):
     canary_restarts_accepted: Annotated[int, Field(ge=0)] | None = None
     """Canary container restarts a human accepted by promoting a canary paused for crashing (autoRollback
     off): only restarts beyond them count against `guardrails.maxCanaryRestarts` and OOM kills."""
+    step_progressed_at: datetime | None = None
+    """When pods move within `rollout.maxSurge`: the last time the step's canary gained a Ready pod. Its progress
+    deadline counts from here (as a Deployment's does), so a large step swapped pod by pod is not cut short."""
     step_ready_seconds: int = 0
     """Time the current step's canary replicas were all Ready before they last lost readiness: the progress
     deadline is pushed back by it, so it bounds the step's total not-Ready time (a flapping canary ends)."""

@@ -261,9 +261,9 @@ class VllmContainer(ApiModel):
             message=f"volumeMounts must not use {' or '.join(OWNED_MOUNT_PATHS)} or the volumes "
             f"{' and '.join(OWNED_VOLUMES)}: specfleet mounts them",
             field_path=".volumeMounts",
-            holds=lambda c: not [
-                m for m in c.volume_mounts if m.mount_path in OWNED_MOUNT_PATHS or m.name in OWNED_VOLUMES
-            ],
+            holds=lambda c: (
+                not [m for m in c.volume_mounts if m.mount_path in OWNED_MOUNT_PATHS or m.name in OWNED_VOLUMES]
+            ),
         ),
     )
 

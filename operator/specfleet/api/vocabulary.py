@@ -33,6 +33,10 @@ COMMAND_PREFIX = "specfleet.io/"
 PROMOTE_FULL = "full"
 """`specfleet.io/promote: full` skips the remaining steps."""
 
+SERVING_FIELDS = ("model", "speculative", "engine", "accelerator", "template")
+"""The spec's fields that decide what the pods run: a revision's serving snapshot (status, history) holds them,
+and `undo` puts them back."""
+
 COMMAND_TARGET = re.compile(r"\brevision=([A-Za-z0-9.-]+)")
 
 

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from specfleet.api.durations import parse_duration
-from specfleet.api.vocabulary import GROUP, PLURAL, PROMOTE_FULL, VERSION, Command
+from specfleet.api.vocabulary import GROUP, PLURAL, PROMOTE_FULL, SERVING_FIELDS, VERSION, Command
 from specfleet.cli.view import (
     Cluster,
     Output,
@@ -245,6 +245,33 @@ def retry_command(
         raise SystemExit(follow_rollout(cluster, name, timeout, written))
 
 
+def pause_command(
+    name: NameArgument,
+    namespace: NamespaceOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """Freeze the rollout (sets spec.paused): no canary starts, no step advances, no analysis counts; traffic
+    stays as it is and abort still works."""
+    _set_paused(name, True, namespace, kubeconfig, context)
+
+
+def resume_command(
+    name: NameArgument,
+    namespace: NamespaceOption = None,
+    kubeconfig: KubeconfigOption = None,
+    context: ContextOption = None,
+) -> None:
+    """Lift a pause (clears spec.paused): the step in progress starts over, its pause and evidence anew."""
+    _set_paused(name, False, namespace, kubeconfig, context)
+
+
+def _set_paused(name: str, paused: bool, namespace: str | None, kubeconfig: str | None, context: str | None) -> None:
+    cluster = connect(kubeconfig, context, namespace)
+    patch(cluster, name, {"spec": {"paused": paused}})
+    errors.print(f"{cluster.namespace}/{name} {'paused' if paused else 'resumed'}")
+
+
 def undo_command(
     name: NameArgument,
     to_revision: Annotated[str | None, typer.Option(help="Revision to go back to; default: the previous one.")] = None,
@@ -256,17 +283,35 @@ def undo_command(
     cluster = connect(kubeconfig, context, namespace)
     obj = get(cluster, name)
     status = obj.get("status") or {}
-    promoted = [h for h in status.get("history", []) if h["outcome"] == "Promoted" and h.get("serving")]
+    served = [h for h in status.get("history", []) if h["outcome"] in SERVED_AS_STABLE and h.get("serving")]
     if to_revision:
-        candidates = [h for h in promoted if h["revision"] == to_revision]
+        candidates = [h for h in served if h["revision"] == to_revision]
     else:
-        candidates = [h for h in promoted if h["revision"] != status.get("stableRevision")]
+        candidates = [h for h in served if h["revision"] != status.get("stableRevision")]
     if not candidates:
-        known = ", ".join(sorted({h["revision"] for h in promoted})) or "none"
-        fail(f"no promoted revision {to_revision or 'before the current one'} in the history (promoted: {known})")
+        known = ", ".join(sorted({h["revision"] for h in served})) or "none"
+        fail(f"no revision {to_revision or 'before the current one'} that served as stable in the history ({known})")
     target = candidates[-1]
-    patch(cluster, name, {"spec": target["serving"]})
+    patch(cluster, name, {"spec": spec_patch_to(obj.get("spec") or {}, target["serving"])})
     errors.print(f"spec of {cluster.namespace}/{name} set back to revision {target['revision']}: it will be canaried")
+
+
+SERVED_AS_STABLE = ("Promoted", "Created")
+"""History outcomes of revisions that served as stable, which `undo` can return to."""
+
+
+def spec_patch_to(spec: dict[str, Any], serving: dict[str, Any]) -> dict[str, Any]:
+    """A merge patch that makes the serving part of `spec` exactly `serving`: keys it lacks are removed (a
+    plain merge of `serving` would keep, say, a drafter `model` the target config does not have)."""
+
+    def removing(current: Any, wanted: Any) -> Any:
+        if not isinstance(current, dict) or not isinstance(wanted, dict):
+            return wanted
+        gone = {key: None for key in current if key not in wanted}
+        return {**gone, **{key: removing(current.get(key), value) for key, value in wanted.items()}}
+
+    fields = set(serving) | {key for key in SERVING_FIELDS if key in spec}
+    return {key: removing(spec.get(key), serving.get(key)) for key in sorted(fields)}
 
 
 def history_command(
@@ -294,5 +339,7 @@ def register(app: typer.Typer) -> None:
     app.command(name="promote")(promote_command)
     app.command(name="abort")(abort_command)
     app.command(name="retry")(retry_command)
+    app.command(name="pause")(pause_command)
+    app.command(name="resume")(resume_command)
     app.command(name="undo")(undo_command)
     app.command(name="history")(history_command)

@@ -11,7 +11,6 @@ from typing import Any
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.vocabulary import FIELD_MANAGER, LABEL_NAME, LABEL_PREFLIGHT, LABEL_REVISION
 from specfleet.preflight.budget import gpu_budget
-from specfleet.render.podtemplate import scheduling
 from specfleet.render.manifests import (
     HF_HOME,
     SERVING_UID,
@@ -22,6 +21,7 @@ from specfleet.render.manifests import (
     node_affinity,
     serving_env,
 )
+from specfleet.render.podtemplate import scheduling
 
 NAME_INFIX = "-preflight-"
 MAX_NAME = 63

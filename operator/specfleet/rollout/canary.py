@@ -56,6 +56,7 @@ def progress_canary(p: Pass) -> Pass:
     pipeline: tuple[Transition, ...] = (
         _clamp_step,
         _abort_if_asked,
+        _hold_while_paused,
         _preflight,
         _fail_on_crashes,
         _wait_for_canary,
@@ -77,7 +78,12 @@ def _clamp_step(p: Pass) -> Pass:
     if (p.status.current_step or 0) <= last:
         return p
     p = p.with_status(
-        current_step=last, step_started_at=p.obs.now, step_ready_at=None, step_ready_seconds=0, evidence_since=None
+        current_step=last,
+        step_started_at=p.obs.now,
+        step_progressed_at=None,
+        step_ready_at=None,
+        step_ready_seconds=0,
+        evidence_since=None,
     )
     return p.with_event(
         "StepsChanged", f"the steps were shortened: canary {p.status.canary_revision} at {step_label(p)}"
@@ -88,6 +94,19 @@ def _abort_if_asked(p: Pass) -> Pass | Decided:
     if not p.applies(Command.ABORT):
         return p
     return Decided(abort(p.acknowledging(Command.ABORT), Outcome.ABORTED, "aborted by the user"))
+
+
+def _hold_while_paused(p: Pass) -> Pass | Decided:
+    """`spec.paused`: the canary stays as it is (its traffic too) and nothing is judged; only an abort acts."""
+    if not p.spec.paused:
+        return p
+    revision = p.status.canary_revision
+    message = f"{step_label(p)} of canary {revision} paused by spec.paused; `kubectl specfleet resume` goes on"
+    return Decided(p.but(canary_traffic=p.status.canary_weight > 0).in_phase(Phase.PAUSED, True, PAUSED, message))
+
+
+PAUSED = "RolloutPaused"
+"""The reason (condition) of a rollout frozen by `spec.paused`."""
 
 
 def needs_preflight(p: Pass, spec: SpeculativeDeploymentSpec) -> bool:
@@ -196,7 +215,10 @@ def _wait_for_canary(p: Pass) -> Pass | Decided:
         p = p.with_status(
             step_ready_at=None, evidence_since=None, step_ready_seconds=status.step_ready_seconds + ready_for
         )
-    started = p.status.step_started_at or obs.now
+    moving = budget(spec) is not None
+    if moving and obs.canary.revision == status.canary_revision and obs.canary.ready > status.ready_replicas.canary:
+        p = p.with_status(step_progressed_at=obs.now)  # pods swapped one by one: each Ready pod is progress
+    started = p.status.step_progressed_at or p.status.step_started_at or obs.now
     deadline = started + parse_duration(spec.rollout.progress_deadline) + timedelta(seconds=p.status.step_ready_seconds)
     if obs.now >= deadline:
         detail = f": {obs.canary.unschedulable}" if obs.canary.unschedulable else ""
@@ -204,7 +226,6 @@ def _wait_for_canary(p: Pass) -> Pass | Decided:
         return Decided(abort(p, Outcome.ABORTED, reason))
     # The canary keeps its Ready pods' traffic once it has served; when pods move within maxSurge, each
     # Ready pod serves at once (the pods stable gave up for it are not serving either).
-    moving = budget(spec) is not None
     served = status.canary_weight > 0 or moving
     p = p.but(canary_traffic=served and obs.canary.revision == status.canary_revision and obs.canary.ready > 0)
     reason, waiting = "CanaryStarting", obs.canary.unschedulable or f"{obs.canary.ready}/{wanted} canary replicas ready"
@@ -276,6 +297,7 @@ def _end_step(p: Pass) -> Pass | Decided:
         p = p.with_status(
             current_step=step_index + 1,
             step_started_at=p.obs.now,
+            step_progressed_at=None,
             step_ready_at=None,
             step_ready_seconds=0,
             evidence_since=None,

@@ -12,7 +12,7 @@ from specfleet.api.status import Outcome, Phase, SpeculativeDeploymentStatus
 from specfleet.api.vocabulary import Command, ConditionType, command_target
 from specfleet.autotune.candidates import base_spec
 from specfleet.render.manifests import canary_replicas, revision
-from specfleet.rollout.canary import progress_canary, start_canary, step_replicas
+from specfleet.rollout.canary import PAUSED, progress_canary, start_canary, step_replicas
 from specfleet.rollout.columns import with_columns
 from specfleet.rollout.experiment import run_experiment, slice_replicas
 from specfleet.rollout.holdback import holdback_target, holdback_weight, keep_holdback
@@ -32,11 +32,13 @@ def decide(spec: SpeculativeDeploymentSpec, status: SpeculativeDeploymentStatus,
         return _invalid_spec(_drop_stale_commands(p))
     p = _first_stable(p.with_condition(ConditionType.SPEC_VALID, True, "Rendered", f"revision {obs.desired_revision}"))
     desired = tuned_revision(p)
-    p = _retry_if_asked(p, desired)
+    p = _pause_or_resume(_retry_if_asked(p, desired))
     if desired == p.status.stable_revision:
         p = _serve_in_place(p)
     elif desired == p.status.rejected_revision:
         p = _hold_rejected(p)
+    elif p.spec.paused and p.status.canary_revision != desired:
+        p = _hold_change(p, desired)
     elif p.spec.candidates and desired == obs.desired_revision:
         p = run_experiment(p, desired)
     else:
@@ -62,7 +64,42 @@ def _first_stable(p: Pass) -> Pass:
     if p.spec.candidates:
         desired = revision(first)
     p = p.with_status(stable_revision=desired, stable_serving=first.serving())
+    p = p.recording(Outcome.CREATED, desired, "the fleet was created on it", served=first)
     return p.with_event("Created", f"serving revision {desired} ({first.summary()})")
+
+
+def _pause_or_resume(p: Pass) -> Pass:
+    """Note when `spec.paused` froze the rollout; on resume, the step in progress starts over (its pause,
+    evidence and progress deadline anew: what it measured before the freeze may no longer hold)."""
+    paused_at = p.status.paused_at
+    if p.spec.paused:
+        return p if paused_at is not None else p.with_status(paused_at=p.obs.now).with_event("Paused", "rollout paused")
+    if paused_at is None:
+        return p
+    p = p.with_status(paused_at=None).with_event("Resumed", f"rollout resumed after {_duration(p.obs.now - paused_at)}")
+    if live_canary(p.status) is None or p.status.current_step is None:
+        return p
+    return p.with_status(
+        step_started_at=p.obs.now,
+        step_progressed_at=None,
+        step_ready_at=None,
+        step_ready_seconds=0,
+        evidence_since=None,
+        unjudged_since=None,
+    )
+
+
+def _duration(elapsed: timedelta) -> str:
+    minutes, seconds = divmod(int(elapsed.total_seconds()), 60)
+    return f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
+
+
+def _hold_change(p: Pass, desired: str) -> Pass:
+    """A new revision while paused waits: no canary starts (one of another revision holds as it is)."""
+    if live_canary(p.status) is not None:
+        return progress_canary(p)
+    message = f"revision {desired} waits: the rollout is paused (spec.paused); stable {p.status.stable_revision} serves"
+    return p.in_phase(Phase.PAUSED, True, PAUSED, message)
 
 
 def _retry_if_asked(p: Pass, desired: str) -> Pass:

@@ -11,6 +11,7 @@ from specfleet.rollout.types import DRAIN
 FRESH_EVIDENCE = {
     "step_ready_at": None,
     "step_ready_seconds": 0,
+    "step_progressed_at": None,
     "failed_analyses": 0,
     "analyses": 0,
     "evidence_since": None,

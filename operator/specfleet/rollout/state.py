@@ -101,20 +101,30 @@ class Pass:
         acked = {**self.status.acknowledged_commands, command.annotation: self.obs.commands[command.annotation]}
         return self.with_status(acknowledged_commands=acked)
 
-    def recording(self, outcome: Outcome, revision: str, reason: str, *, of_current_spec: bool = True) -> "Pass":
-        """A history entry; an older canary's config is no longer in the spec, so it gets no summary."""
+    def recording(
+        self,
+        outcome: Outcome,
+        revision: str,
+        reason: str,
+        *,
+        of_current_spec: bool = True,
+        served: SpeculativeDeploymentSpec | None = None,
+    ) -> "Pass":
+        """A history entry; an older canary's config is no longer in the spec, so it gets no summary. `served`:
+        the spec that renders `revision` when it is not the one `served_spec` finds (a fleet's first)."""
         last = self.status.last_analysis
         measured = last.canary if last and last.revision == revision else None
+        spec = served or self.served_spec(revision)
         entry = HistoryEntry(
             revision=revision,
             outcome=outcome,
             time=self.obs.now,
             reason=reason[:1024],
-            summary=self.served_spec(revision).summary()[:1024] if of_current_spec else "",
+            summary=spec.summary()[:1024] if of_current_spec else "",
             acceptance_alpha=measured.acceptance_alpha if measured else None,
             acceptance_rate=measured.acceptance_rate if measured else None,
             token_latency_p95_seconds=measured.token_latency_p95_seconds if measured else None,
-            serving=self.served_spec(revision).serving() if of_current_spec else None,
+            serving=spec.serving() if of_current_spec else None,
         )
         return self.with_status(history=[*self.status.history, entry][-self.spec.rollout.history_limit :])
 

@@ -13,7 +13,7 @@ from specfleet.render.podtemplate import combined_affinity
 from specfleet.validation import validate_document
 
 from bad_specs import BASE, merged
-from speckit import FULL_TEMPLATE, ARCH_AFFINITY, sdep
+from speckit import ARCH_AFFINITY, FULL_TEMPLATE, sdep
 
 
 def with_template(template: dict[str, Any]) -> Any:

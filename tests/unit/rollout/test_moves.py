@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from podworld import PodWorld
 
+from specfleet.api.durations import parse_duration
 from specfleet.api.status import Phase
 from specfleet.api.vocabulary import Command, ConditionType, Track
 from specfleet.rollout.moves import Budget, TrackPods, move
@@ -212,3 +213,16 @@ def test_a_room_with_no_matching_node_says_so() -> None:
         "needs 2 amd.com/gpu on AMD_Instinct_MI999_OAM nodes, and none is Ready, schedulable and tolerated"
     )
     assert not GpuRoom(request, free=0, fitting=0, nodes=0).fits
+
+
+def test_a_large_step_swapped_pod_by_pod_outlasts_the_deadline_without_being_cut_short() -> None:
+    """46 pods swapped one at a time take longer than the 30m progress deadline; each Ready pod is progress
+    (as for a Deployment), so the step ends and the canary is promoted instead of aborted."""
+    settings_ = rollout(60, [{"weight": 76, "pause": {"duration": "20s"}}], 0, 1)
+    world = full_pool(settings_)
+    world.fleet.change(**settings_, speculative={"numSpeculativeTokens": 2})
+    canary = world.fleet.step().status.canary_revision
+    started = world.fleet.now
+    assert run(world, settled_on(canary)) == []
+    assert world.fleet.now - started > parse_duration(world.fleet.spec.rollout.progress_deadline)
+    assert world.fleet.status.history[-1].outcome == "Promoted"

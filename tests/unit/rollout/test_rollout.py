@@ -67,7 +67,7 @@ def test_speculative_change_walks_the_steps_and_promotes() -> None:
 
     fleet.converge()
     assert fleet.status.phase is Phase.HEALTHY and fleet.status.canary_revision is None
-    assert [h.outcome for h in fleet.status.history] == [Outcome.PROMOTED]
+    assert [h.outcome for h in fleet.status.history] == [Outcome.CREATED, Outcome.PROMOTED]
     assert "PromotionComplete" in fleet.events
 
 

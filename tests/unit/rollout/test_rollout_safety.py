@@ -128,7 +128,7 @@ def test_a_rollback_switches_traffic_then_deletes_the_canary_after_the_drain() -
     assert decision.stable is not None and decision.stable.replicas == 2
     assert fleet.wait(DRAIN.total_seconds() - 1).keep_canary
     assert not fleet.wait(1).keep_canary
-    assert [h.outcome for h in fleet.status.history] == [Outcome.ROLLED_BACK]
+    assert [h.outcome for h in fleet.status.history] == [Outcome.CREATED, Outcome.ROLLED_BACK]
 
 
 def test_promotion_complete_drains_before_deleting_the_canary() -> None:

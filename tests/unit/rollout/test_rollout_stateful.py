@@ -232,6 +232,9 @@ class RolloutMachine(RuleBasedStateMachine):
                 assert started is not None
                 assert started not in self.rejected, f"rejected revision {started} canaried again"
                 self.open.add(started)
+            if event.reason == "Created":  # the first revision is recorded as Created, once
+                assert after.stable_revision is not None
+                self.open.add(after.stable_revision)
             if event.reason == "Retry":
                 self.rejected.clear()
         for entry in new:
