@@ -13,8 +13,6 @@ import pytest
 import yaml
 
 from specfleet import chartgen
-from specfleet.cachedir import cache_root
-from specfleet.devcluster.binaries import COMPONENTS, find_binary
 
 from repokit import ROOT
 
@@ -46,14 +44,6 @@ NODES_READ = {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"
 """The capacity check (specfleet.capacity): the nodes' labels, taints, conditions and allocatable GPUs."""
 PODS_LISTED = {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}
 """The capacity check: what the pods bound to those nodes request, in every namespace."""
-
-
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    found = find_binary(COMPONENTS["helm"], cache_root())
-    if found is None:
-        pytest.fail("the pinned helm is not built yet: run `specfleet dev build` first")
-    return found
 
 
 def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -15,10 +15,8 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
-from specfleet.cachedir import cache_root
 from specfleet.controller import handlers  # noqa: F401  (imports every metric the operator's process registers)
 from specfleet.controller.metrics import FleetCollector
-from specfleet.devcluster.binaries import COMPONENTS, find_binary
 
 from repokit import ROOT
 
@@ -59,14 +57,6 @@ def _named(pattern: re.Pattern[str], paths: list[Path]) -> dict[str, list[str]]:
 def _table_names(pattern: re.Pattern[str], paths: list[Path]) -> set[str]:
     """Names in the first column of the pages' Markdown tables."""
     return {name for path in paths for name in TABLE_ROW.findall(path.read_text()) if pattern.fullmatch(name)}
-
-
-@pytest.fixture(scope="module")
-def helm() -> Path:
-    found = find_binary(COMPONENTS["helm"], cache_root())
-    if found is None:
-        pytest.fail("the pinned helm is not built yet: run `specfleet dev build` first")
-    return found
 
 
 def _render(helm: Path, release: str, namespace: str) -> list[dict[str, Any]]:
