@@ -354,6 +354,27 @@ BAD_SPECS: list[BadSpec] = [
         "less than or equal to 1",
     ),
     BadSpec(
+        "output-equivalence-floor-above-one",
+        spec(rollout={"guardrails": {"outputEquivalence": {"enabled": True, "minIdentical": 1.5}}}),
+        "spec.rollout.guardrails.outputEquivalence.minIdentical",
+        "less than or equal to 1",
+        "less than or equal to 1",
+    ),
+    BadSpec(
+        "output-equivalence-no-tokens",
+        spec(rollout={"guardrails": {"outputEquivalence": {"enabled": True, "maxTokens": 0}}}),
+        "spec.rollout.guardrails.outputEquivalence.maxTokens",
+        "greater than or equal to 1",
+        "greater than or equal to 1",
+    ),
+    BadSpec(
+        "output-equivalence-prompts-while-off",
+        spec(rollout={"guardrails": {"outputEquivalence": {"promptsConfigMap": "my-prompts"}}}),
+        "spec.rollout.guardrails.outputEquivalence.promptsConfigMap",
+        "read only when outputEquivalence.enabled is true",
+        "read only when outputEquivalence.enabled is true",
+    ),
+    BadSpec(
         "batch-schedule-inverted",
         speculative(numSpeculativeTokensPerBatchSize=[{"start": 64, "end": 8, "numTokens": 2}]),
         "spec.speculative.numSpeculativeTokensPerBatchSize[0]",

@@ -282,6 +282,12 @@ def test_the_operator_runs_on_the_namespaced_rbac_and_no_more(
 ) -> None:
     values = ["--set", f"watchNamespaces={{{namespace}}}"]
     values += ["--set", "prometheusAuth.enabled=true", "--set", "prometheusAuth.secretNames={prom-token}"]
+    values += [
+        "--set",
+        "outputEquivalencePrompts.enabled=true",
+        "--set",
+        "outputEquivalencePrompts.configMapNames={prompts}",
+    ]
     cluster.helm("install", release, str(CHART), "-n", namespace, *values)
     account = cluster.service_account_kubeconfig(namespace, f"{release}-specfleet", tmp_path / "sa.kubeconfig")
     log = tmp_path / "operator.log"
@@ -291,7 +297,7 @@ def test_the_operator_runs_on_the_namespaced_rbac_and_no_more(
         promote_then_abort(fleet, template=FULL_TEMPLATE)
     assert refusals(log) == [], "the operator was refused something it uses"
 
-    allowed = [*USED, ("get", "secrets/prom-token")]
+    allowed = [*USED, ("get", "secrets/prom-token"), ("get", "configmaps/prompts")]
     denied = [
         ("get", "secrets/other"),
         ("list", "secrets"),
@@ -304,6 +310,8 @@ def test_the_operator_runs_on_the_namespaced_rbac_and_no_more(
         ("create", "speculativedeployments"),
         ("delete", "speculativedeployments"),
         ("get", "configmaps"),
+        ("get", "configmaps/other"),
+        ("list", "configmaps"),
         ("list", "deployments", "--namespace", "default"),
         ("patch", "httproutes.gateway.networking.k8s.io"),
     ]

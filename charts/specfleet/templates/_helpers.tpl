@@ -60,8 +60,8 @@ app.kubernetes.io/part-of: specfleet
 The namespaced permissions the operator uses, derived from operator/specfleet/controller/kube.py and
 handlers.py: watch SpeculativeDeployments (kopf), patch them (consumed promote/abort/retry annotations)
 and their status; own Deployments and Services (watch, get on a name conflict, create, server-side
-apply = patch, delete); watch Pods (readiness); create core/v1 Events. Secrets and HTTPRoutes only
-when a value turns them on.
+apply = patch, delete); watch Pods (readiness); create core/v1 Events. Secrets, ConfigMaps (prompts of
+output equivalence) and HTTPRoutes only when a value turns them on.
 */}}
 {{- define "specfleet.namespacedRules" -}}
 - apiGroups: [specfleet.io]
@@ -90,6 +90,14 @@ when a value turns them on.
   resources: [secrets]
   verbs: [get]
   {{- with .Values.prometheusAuth.secretNames }}
+  resourceNames: {{ toJson . }}
+  {{- end }}
+{{- end }}
+{{- if .Values.outputEquivalencePrompts.enabled }}
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get]
+  {{- with .Values.outputEquivalencePrompts.configMapNames }}
   resourceNames: {{ toJson . }}
   {{- end }}
 {{- end }}

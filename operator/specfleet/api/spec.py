@@ -574,6 +574,44 @@ class AnalysisSpec(ApiModel):
     pauses after 5 minutes)."""
 
 
+class OutputEquivalence(ApiModel):
+    """Speculative decoding is meant to be lossless: with greedy sampling a canary should return the tokens
+    stable returns. When enabled, every analysis sends the same fixed prompts, greedy (temperature 0, `seed`,
+    `maxTokens`), to one Ready canary pod and one Ready stable pod and compares the token ids: each pair is
+    identical or diverges at a position. The share of identical pairs is judged like any guardrail, on its
+    confidence bounds against `minIdentical`. Prompts are never logged, nor written to Events or status:
+    only their count and a hash."""
+
+    enabled: bool = False
+    """Compare the canary's answers with stable's (extra requests from the operator to the pods)."""
+    prompts_config_map: ObjectName | None = None
+    """ConfigMap in this namespace whose key `prompts` holds the prompts: a JSON list of strings, or one
+    prompt per line. Unset: a small built-in set of general prompts."""
+    max_tokens: Annotated[int, Field(ge=1, le=512)] = 32
+    """Tokens generated per prompt: longer answers diverge later, and catch more, at more cost."""
+    seed: Annotated[int, Field(ge=0, le=2**31 - 1)] = 0
+    """Sampling seed sent with every request (greedy answers do not depend on it in vLLM)."""
+    min_identical: Fraction = 0.98
+    """Lowest share of prompt pairs whose token ids are identical. Fails when the share's upper bound is
+    below it; passes only when its lower bound is at or above it, which at the default takes about 1,000
+    pairs (a share bounded at 0.98 needs ~49 z^2 identical pairs)."""
+    min_pairs: Annotated[int, Field(ge=1, le=1_000_000)] = 50
+    """Prompt pairs compared before this guardrail is judged at all."""
+    pairs_per_analysis: Annotated[int, Field(ge=1, le=256)] = 64
+    """Prompts sent to each track per analysis, 4 at a time to one pod of each (the operator's extra load,
+    each request bounded in time and size); the prompts are sent in turn, round after round. At the
+    default interval of 1m a Pass at the default floor takes ~15 analyses."""
+
+    rules = (
+        Rule(
+            cel="self.enabled || !has(self.promptsConfigMap)",
+            message="promptsConfigMap is read only when outputEquivalence.enabled is true",
+            holds=lambda s: s.enabled or s.prompts_config_map is None,
+            field_path=".promptsConfigMap",
+        ),
+    )
+
+
 class Guardrails(ApiModel):
     """Limits a canary must respect; set before the canary starts, never tuned during it.
 
@@ -629,6 +667,8 @@ class Guardrails(ApiModel):
     transient crash (a node or driver hiccup) while a config that crashes vLLM does so again once
     restarted and fails at its second restart; 0 fails at the first. An OOM kill of a canary container
     fails the canary at once, whatever this limit. Stable's restarts are reported beside, never judged."""
+    output_equivalence: OutputEquivalence = OutputEquivalence()
+    """Optional: the canary must answer greedy prompts with stable's token ids (speculation is lossless)."""
 
 
 class DriftAction(StrEnum):

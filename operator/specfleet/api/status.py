@@ -136,6 +136,30 @@ class GuardrailCheck(ApiModel):
     """For an Inconclusive check: about how much more evidence would decide it, at the current rate."""
 
 
+class OutputPairs(ApiModel):
+    """Greedy prompt pairs compared for one canary revision (`guardrails.outputEquivalence`), kept across
+    analyses and operator restarts. Counts and positions only: never a prompt, nor an answer."""
+
+    prompts: int
+    """Prompts in the set sent in turn."""
+    prompts_hash: Annotated[str, Field(max_length=64)]
+    """Digest of the prompt set: a changed set starts the count over."""
+    next_prompt: int = 0
+    """Index of the next prompt to send."""
+    pairs: int = 0
+    """Prompt pairs compared (both tracks answered)."""
+    identical: int = 0
+    """Pairs whose token ids were identical."""
+    first_divergences: Annotated[list[int], Field(max_length=20)] = []
+    """0-based token positions where the first differing pairs diverged (the earliest 20 found)."""
+    failed_requests: int = 0
+    """Requests that got no usable answer (timeout, error status, no token ids): not pairs, never judged."""
+    since: datetime | None = None
+    """When the first pair was compared: the rate at which pairs arrive."""
+    last_error: ShortText | None = None
+    """Why the last analysis compared fewer pairs than it tried (no Ready pod, a pod unreachable, ...)."""
+
+
 class Analysis(ApiModel):
     """The last judgement of a canary, with the evidence."""
 
@@ -161,6 +185,8 @@ class Analysis(ApiModel):
     """What Prometheus said about the canary track over the evidence range."""
     stable: Measurements = Measurements()
     """What Prometheus said about the stable track over the same range: the baseline."""
+    output_pairs: OutputPairs | None = None
+    """The greedy prompt pairs compared so far for this canary revision (`guardrails.outputEquivalence`)."""
 
 
 class Outcome(StrEnum):

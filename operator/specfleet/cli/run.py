@@ -43,6 +43,14 @@ def run(
         str | None,
         typer.Option(help="Prometheus that scrapes the vLLM pods, for objects whose spec names none."),
     ] = None,
+    pod_url_template: Annotated[
+        str,
+        typer.Option(
+            envvar="SPECFLEET_POD_URL_TEMPLATE",
+            help="How the operator reaches a vLLM pod for output equivalence's requests ({ip}, {port}, {namespace}, "
+            "{name} filled in); the dev cluster maps pods to the simulator with it.",
+        ),
+    ] = "http://{ip}:{port}",
     workers: Annotated[int, typer.Option(min=1, max=64, help="Objects reconciled at once.")] = 4,
     resync: Annotated[
         float, typer.Option(min=5, help="Seconds between two looks at an object when nothing happens.")
@@ -69,6 +77,7 @@ def run(
         resync_seconds=resync,
         metrics_port=metrics_port,
         prometheus_url=prometheus_url,
+        pod_url_template=pod_url_template,
         leader_election=election,
     )
     controller = Controller(Kube(api_client), options)

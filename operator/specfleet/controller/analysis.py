@@ -7,10 +7,11 @@ from datetime import datetime
 from specfleet.api.durations import parse_duration
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.spec import SpeculativeMethod
-from specfleet.api.status import Analysis, CandidateState, SpeculativeDeploymentStatus, Verdict
+from specfleet.api.status import Analysis, CandidateState, OutputPairs, SpeculativeDeploymentStatus, Verdict
 from specfleet.api.vocabulary import Track
 from specfleet.controller.metrics import ANALYSES, ANALYSIS_SECONDS
 from specfleet.judge import Recent, TrackEvidence, judge, measurements
+from specfleet.judge.equivalence import tally
 from specfleet.metrics import names, promql
 from specfleet.metrics.prometheus import MetricsProvider, ProviderError
 from specfleet.rollout.state import served_spec
@@ -107,13 +108,18 @@ def evidence_seconds(sdep: SpeculativeDeployment, since: datetime | None, now: d
 
 
 def analyze(
-    provider: MetricsProvider, sdep: SpeculativeDeployment, status: SpeculativeDeploymentStatus, now: datetime
+    provider: MetricsProvider,
+    sdep: SpeculativeDeployment,
+    status: SpeculativeDeploymentStatus,
+    now: datetime,
+    pairs: OutputPairs | None = None,
 ) -> Analysis:
-    """Blocking: the live canary against stable. Prometheus failures become an Error verdict, never an exception."""
+    """Blocking: the live canary against stable. Prometheus failures become an Error verdict, never an exception.
+    `pairs`: the output-equivalence pairs compared so far, judged with the rest and kept in the analysis."""
     assert status.canary_revision is not None
     since = status.evidence_since or status.step_ready_at
     look, step = status.analyses + 1, status.current_step or 0
-    return _analyze(provider, sdep, status, now, Track.CANARY, status.canary_revision, since, look, step)
+    return _analyze(provider, sdep, status, now, Track.CANARY, status.canary_revision, since, look, step, pairs=pairs)
 
 
 def analyze_candidate(
@@ -145,6 +151,7 @@ def _analyze(
     look: int,
     step: int,
     beside: tuple[str, ...] = (),
+    pairs: OutputPairs | None = None,
 ) -> Analysis:
     """`beside`: revisions of other slices of `track` measured with this one, whose pods cut the range too."""
     assert status.stable_revision is not None
@@ -176,6 +183,7 @@ def _analyze(
                 evidence_seconds=uncut_seconds,
                 verdict=Verdict.ERROR,
                 reasons=[str(error)[:MAX_REASON]],
+                output_pairs=pairs,
             )
     drafter = served_spec(spec, status, revision).speculative
     serving = (status.stable_serving or {}).get("speculative") or {}
@@ -190,6 +198,7 @@ def _analyze(
         confidence=spec.rollout.analysis.confidence,
         steps=len(spec.rollout.steps),
         recent=recent,
+        pairs=tally(pairs, now),
     )
     ANALYSES.labels(result.verdict.value).inc()
     return Analysis(
@@ -203,6 +212,7 @@ def _analyze(
         checks=list(result.checks),
         canary=result.canary,
         stable=result.stable,
+        output_pairs=pairs,
     )
 
 

@@ -28,6 +28,7 @@ from kubernetes.dynamic.exceptions import ConflictError
 from specfleet.api.vocabulary import FIELD_MANAGER, GROUP, LABEL_NAME, LABEL_PREFLIGHT, PLURAL, VERSION
 from specfleet.controller.kube import Kube, connection_info
 from specfleet.controller.metrics import LEADER, FleetCollector
+from specfleet.controller.outputs import DEFAULT_POD_URL_TEMPLATE
 from specfleet.controller.queue import WorkQueue
 from specfleet.controller.reconciler import Reconciler
 from specfleet.controller.store import PREFLIGHT_POD, Key, Store
@@ -158,6 +159,7 @@ class OperatorOptions:
     resync_seconds: float = 300.0
     metrics_port: int | None = None
     prometheus_url: str | None = None
+    pod_url_template: str = DEFAULT_POD_URL_TEMPLATE
     leader_election: LeaderElection | None = None
     """None: this process is the only replica and reconciles from the start."""
 
@@ -180,6 +182,7 @@ class Controller:
             self.queue,
             resync_seconds=self.options.resync_seconds,
             default_prometheus_url=self.options.prometheus_url,
+            pod_url_template=self.options.pod_url_template,
             threads=ThreadPoolExecutor(self.options.workers, thread_name_prefix="specfleet-reconcile"),
         )
         workers: list[asyncio.Task[None]] = []

@@ -30,6 +30,10 @@ class SecretError(Exception):
     """A Secret the operator needs cannot be read (missing, forbidden, no such key); the message says which."""
 
 
+class ConfigMapError(Exception):
+    """A ConfigMap the operator needs cannot be read (missing, forbidden, no such key); the message says which."""
+
+
 def load_config(kubeconfig: str | None = None, connections: int | None = None) -> client.ApiClient:
     """In-cluster credentials when running in a pod, else the kubeconfig (KUBECONFIG or ~/.kube/config).
 
@@ -190,6 +194,24 @@ class Kube:
             return base64.b64decode(data[key], validate=True).decode()
         except (ValueError, UnicodeDecodeError):
             raise SecretError(f"{where}: key {key} is not base64-encoded text") from None
+
+    def read_config_map(self, namespace: str, name: str, key: str) -> str:
+        """One key of a ConfigMap (the output-equivalence prompts); the value is never logged.
+
+        Raises ConfigMapError (missing, forbidden, no such key), never an API exception.
+        """
+        API_REQUESTS.labels("get", "ConfigMap").inc()
+        where = f"ConfigMap {namespace}/{name}"
+        try:
+            config_map = self._resource("v1", "ConfigMap").get(name=name, namespace=namespace)
+        except NotFoundError:
+            raise ConfigMapError(f"{where}: not found") from None
+        except ForbiddenError:
+            raise ConfigMapError(f"{where}: forbidden: the operator may not read it (RBAC)") from None
+        data = config_map.data.to_dict() if config_map.data is not None else {}
+        if not isinstance(data.get(key), str) or not data[key].strip():
+            raise ConfigMapError(f"{where}: has no key {key}")
+        return str(data[key])
 
     def post_event(self, involved: dict[str, Any], event_type: str, reason: str, message: str) -> None:
         """A core/v1 Event on the SpeculativeDeployment (what `kubectl describe sdep` shows)."""

@@ -29,6 +29,7 @@ from specfleet.capacity import room
 from specfleet.controller.analysis import analyze, analyze_candidate, measure_fleet
 from specfleet.controller.kube import Kube, SecretError
 from specfleet.controller.metrics import RECONCILE_SECONDS, RECONCILES, TRANSITIONS
+from specfleet.controller.outputs import DEFAULT_POD_URL_TEMPLATE, collect_pairs
 from specfleet.controller.queue import WorkQueue
 from specfleet.controller.store import PREFLIGHT_POD, Key, Store
 from specfleet.metrics.prometheus import Prometheus
@@ -67,6 +68,8 @@ class Reconciler:
     resync_seconds: float = RESYNC_SECONDS
     default_prometheus_url: str | None = None
     """`specfleet run --prometheus-url`: used for objects whose spec names no Prometheus."""
+    pod_url_template: str = DEFAULT_POD_URL_TEMPLATE
+    """`specfleet run --pod-url-template`: how the operator reaches a pod (output equivalence's requests)."""
     threads: Executor | None = None
     """Where blocking calls (the Kubernetes client, Prometheus) run: one thread per worker, so `--workers`
     objects are reconciled at once. None: asyncio's default pool, which has only cores + 4 threads."""
@@ -187,7 +190,12 @@ class Reconciler:
             return replace(observation, analysis=analysis, candidate_analyses=slices)
         analysis = None
         if decision.analysis_due:
-            analysis = await self._blocking(analyze, provider, sdep, status, now)
+            pairs = None
+            if sdep.spec.rollout.guardrails.output_equivalence.enabled:
+                pods = list(self.store.children("Pod", (sdep.metadata.namespace, sdep.metadata.name)).values())
+                template = self.pod_url_template
+                pairs = await self._blocking(collect_pairs, self.kube, sdep, status, pods, now, template)
+            analysis = await self._blocking(analyze, provider, sdep, status, now, pairs)
         slices = {i: await self._blocking(analyze_candidate, provider, sdep, status, now, i) for i in due}
         return replace(observation, analysis=analysis, candidate_analyses=slices)
 
@@ -493,7 +501,17 @@ def _error(status: SpeculativeDeploymentStatus, now: datetime, reason: str, cand
         assert status.experiment is not None
         measured = next(c for c in status.experiment.candidates if c.index == candidate)
         revision, step, look = measured.revision, 0, measured.looks + 1
-    return Analysis(time=now, revision=revision, step=step, look=look, verdict=Verdict.ERROR, reasons=[reason[:1000]])
+    last = status.last_analysis
+    kept = last.output_pairs if candidate is None and last is not None and last.revision == revision else None
+    return Analysis(
+        time=now,
+        revision=revision,
+        step=step,
+        look=look,
+        verdict=Verdict.ERROR,
+        reasons=[reason[:1000]],
+        output_pairs=kept,
+    )
 
 
 def _said(error: Exception) -> str:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from specfleet.api.spec import Guardrails
 from specfleet.api.status import GuardrailCheck, Measurements, Verdict
 from specfleet.judge import wording
+from specfleet.judge.equivalence import PairTally, output_equivalence
 from specfleet.judge.evidence import LATENCY_QUANTILE, TrackEvidence, measurements
 from specfleet.judge.verdicts import (
     Bounds,
@@ -462,7 +463,7 @@ def judged_guardrails(guardrails: Guardrails, speculative: bool) -> int:
     """Guardrails with a confidence bound, over which the false-verdict budget is split (the KV level has none)."""
     g = guardrails
     optional = (g.max_error_rate, g.max_step_latency_p95_seconds, g.max_throughput_drop, g.max_queue_time_p95_seconds)
-    return 3 + int(speculative) + sum(limit is not None for limit in optional)
+    return 3 + int(speculative) + sum(limit is not None for limit in optional) + int(g.output_equivalence.enabled)
 
 
 def _with_recent_failures(checks: list[Check], failed: list[Check], seconds: float) -> list[Check]:
@@ -487,6 +488,7 @@ def judge(
     steps: int = 1,
     same_drafter: bool = False,
     recent: Recent | None = None,
+    pairs: PairTally | None = None,
 ) -> Judgement:
     """Judge the canary's evidence since its step started against the guardrails and stable's evidence over
     the same range.
@@ -500,12 +502,17 @@ def judge(
     `same_drafter`: stable serves the canary's drafter (the canary changes k, say). The acceptance floor
     then fails the canary only when its alpha is also surely below stable's: a drafter under the floor on
     both tracks is not what the canary changes, and rolling back to it would not help.
+
+    `pairs`: the greedy prompt pairs compared so far (`guardrails.outputEquivalence`), judged on the same
+    budget; the trailing-window check does not read them (they are counts, not a rate over a window).
     """
     budget, named = (1 - confidence) / 2, f"{confidence * 100:g}%"
     tests = judged_guardrails(guardrails, speculative)
     per_check = budget / (max(1, steps) * tests)
     sequence = Look(guardrails, canary, stable, lambda n: sequence_z(n, per_check), named, same_drafter)
     checks = _checks(sequence, speculative)
+    if guardrails.output_equivalence.enabled:
+        checks.append(output_equivalence(guardrails.output_equivalence, pairs, sequence.z, named))
     if recent is not None:
         z = z_score(look_budget(budget, max(1, recent.look)) / tests)
         trailing = Look(guardrails, recent.canary, recent.stable, lambda _: z, f"{named} over all looks", same_drafter)

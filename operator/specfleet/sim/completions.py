@@ -13,6 +13,7 @@ counts its length). Real tokenizers give about 1.3 tokens per English word; the 
 the count only through the prefill, which is small next to decoding at these lengths.
 """
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -60,6 +61,11 @@ class CompletionRequest:
     """`stream_options.include_usage`: a last chunk with the token counts (always in a non-streamed answer)."""
     ignore_eos: bool
     """vLLM's extension: generate exactly `max_tokens`, as load tests do to compare like with like."""
+    prompt_key: str = ""
+    """A digest of the prompt: what a simulated answer's token ids depend on (the prompt itself is not kept)."""
+    seed: int | None = None
+    return_token_ids: bool = False
+    """vLLM >= 0.10.2's extension: the answer's `token_ids` in each choice (non-streamed answers here)."""
 
 
 def count_prompt_tokens(prompt: Any) -> int:
@@ -97,6 +103,10 @@ def parse_request(body: bytes) -> CompletionRequest:
     options = document.get("stream_options") or {}
     if not isinstance(options, dict):
         raise CompletionError(HTTPStatus.BAD_REQUEST, "stream_options must be an object")
+    seed = document.get("seed")
+    if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+        raise CompletionError(HTTPStatus.BAD_REQUEST, f"seed must be an integer, not {seed!r}")
+    prompt_key = hashlib.sha256(json.dumps(document["prompt"], sort_keys=True).encode()).hexdigest()
     return CompletionRequest(
         model=model,
         prompt_tokens=count_prompt_tokens(document["prompt"]),
@@ -104,6 +114,9 @@ def parse_request(body: bytes) -> CompletionRequest:
         stream=bool(document.get("stream", False)),
         include_usage=bool(options.get("include_usage", False)),
         ignore_eos=bool(document.get("ignore_eos", False)),
+        prompt_key=prompt_key,
+        seed=seed,
+        return_token_ids=bool(document.get("return_token_ids", False)),
     )
 
 
@@ -161,13 +174,20 @@ def usage_chunk(completion_id: str, created: int, model: str, prompt_tokens: int
 
 
 def completion(
-    completion_id: str, created: int, model: str, text: str, finish_reason: str, prompt_tokens: int, tokens: int
+    completion_id: str,
+    created: int,
+    model: str,
+    text: str,
+    finish_reason: str,
+    prompt_tokens: int,
+    tokens: int,
+    token_ids: list[int] | None = None,
 ) -> dict[str, Any]:
-    """A non-streamed answer: the whole text and the usage."""
-    return {
-        **chunk(completion_id, created, model, text, finish_reason),
-        "usage": usage(prompt_tokens, tokens),
-    }
+    """A non-streamed answer: the whole text and the usage (and the choice's `token_ids` when asked for)."""
+    answer = chunk(completion_id, created, model, text, finish_reason)
+    if token_ids is not None:
+        answer["choices"][0]["token_ids"] = token_ids
+    return {**answer, "usage": usage(prompt_tokens, tokens)}
 
 
 def error_body(status: HTTPStatus, message: str) -> dict[str, Any]:

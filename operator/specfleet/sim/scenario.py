@@ -73,6 +73,10 @@ class Knobs(BaseModel):
     """Share of requests that end with finished_reason=error part-way through."""
     abort_rate: Fraction | None = None
     """Share of requests the client aborts part-way through (finished_reason=abort)."""
+    tool_calls_parsed: Fraction | None = None
+    """Share of tool calls whose output parses, for an application's own metric (a drafter can change what
+    the model writes under a looser sampler or a bug): when set, every finished request makes one tool call
+    and the pod also exports `tool_calls_total` and `tool_calls_parsed_total`. Unset: neither is exported."""
     noise: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
     """Sigma of the log-normal noise on every step time."""
     knee_tokens: Positive | None = None
@@ -81,6 +85,10 @@ class Knobs(BaseModel):
     """Share of the data-sheet HBM bandwidth a decode pass achieves."""
     step_overhead_ms: Annotated[float, Field(ge=0.0)] | None = None
     """Fixed cost of every engine step (scheduling, sampling, launches)."""
+    divergence: Fraction | None = None
+    """Share of prompts whose greedy answer (token ids, asked with `return_token_ids`) differs from the plain
+    model's, from a position part-way through: a lossy pair, wrong on purpose. Which prompts, and where, is
+    fixed by the prompt and the request's seed, so identical configs agree. 0: speculation is lossless."""
 
     @model_validator(mode="before")
     @classmethod
@@ -112,6 +120,7 @@ class Defaults(Knobs):
     knee_tokens: Positive | None = 192.0
     bandwidth_efficiency: Annotated[float, Field(gt=0.0, le=1.0)] | None = 0.7
     step_overhead_ms: Annotated[float, Field(ge=0.0)] | None = 1.0
+    divergence: Fraction | None = 0.0
 
 
 class Pair(Knobs):
@@ -174,10 +183,12 @@ class Params:
     output_tokens: int
     error_rate: float
     abort_rate: float
+    tool_calls_parsed: float | None
     noise: float
     knee_tokens: float
     bandwidth_efficiency: float
     step_overhead_ms: float
+    divergence: float
 
 
 def _glob(pattern: str, *names: str | None) -> bool:

@@ -350,10 +350,11 @@ class Simulator:
                 if engine.metrics.waiting >= MAX_WAITING:
                     raise CompletionError(HTTPStatus.SERVICE_UNAVAILABLE, f"pod {pod.info.key} is overloaded")
                 client = engine.submit(self.clock(), request.prompt_tokens, request.max_tokens, request.ignore_eos)
+                divergence = resolve(self._scenario, pod.info.identity).divergence
         except BaseException:
             self._completion_slots.release()
             raise
-        return CompletionStream(self, pod.info, engine, client, request)
+        return CompletionStream(self, pod.info, engine, client, request, divergence)
 
     def serves(self, key: str, engine: Engine) -> bool:
         """Whether `engine` still runs the pod `key` (a completion stream asks, with the lock)."""

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from specfleet.fleetpods.pods import PodInfo
 from specfleet.sim import completions
+from specfleet.sim.answers import answer_token_ids
 from specfleet.sim.completions import CompletionError, CompletionRequest
 from specfleet.sim.engine import ClientRequest, Engine
 
@@ -46,9 +47,17 @@ class CompletionStream:
     """
 
     def __init__(
-        self, host: StreamHost, pod: PodInfo, engine: Engine, client: ClientRequest, request: CompletionRequest
+        self,
+        host: StreamHost,
+        pod: PodInfo,
+        engine: Engine,
+        client: ClientRequest,
+        request: CompletionRequest,
+        divergence: float = 0.0,
     ) -> None:
         self._host, self._pod, self._engine, self._client, self._request = host, pod, engine, client, request
+        self._divergence = divergence
+        """The pod's pair's `divergence` knob: the share of prompts it answers unlike the plain model."""
         self._closed = False
         self.id = f"cmpl-{uuid.uuid4().hex}"
         self.created = int(time.time())
@@ -109,6 +118,9 @@ class CompletionStream:
             finish or "length",
             self._client.prompt_tokens,
             generated,
+            answer_token_ids(self._request.prompt_key, self._request.seed, generated, self._divergence)
+            if self._request.return_token_ids
+            else None,
         )
 
     def close(self) -> None:
