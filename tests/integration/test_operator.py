@@ -35,7 +35,8 @@ def test_create_becomes_healthy_on_the_right_fake_amd_nodes(operator: Operator, 
     available = next(c for c in status["conditions"] if c["type"] == "Available")
     assert available["status"] == "True"
     listing = fleet.kubectl("get", "sdep", "llama").stdout
-    assert "Healthy" in listing and status["stableRevision"] in listing
+    assert "Healthy" in listing and "2/2" in listing and "eagle3 k=4" in listing
+    assert status["stableRevision"] in fleet.kubectl("get", "sdep", "llama", "-o", "wide").stdout
 
 
 def test_scale_subresource_and_drift_correction(operator: Operator, fleet: Fleet) -> None:
