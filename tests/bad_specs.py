@@ -69,6 +69,14 @@ def speculative(**patch: Any) -> dict[str, Any]:
     return spec(speculative=patch)
 
 
+def custom(*guardrails: dict[str, Any]) -> dict[str, Any]:
+    """`rollout.guardrails.custom` set to these user-defined guardrails."""
+    return spec(rollout={"guardrails": {"custom": list(guardrails)}})
+
+
+WORSE = {"maxWorsening": 0.01}
+
+
 BAD_SPECS: list[BadSpec] = [
     BadSpec(
         "depth-zero",
@@ -345,6 +353,86 @@ BAD_SPECS: list[BadSpec] = [
         "spec.replicas",
         "greater than or equal to 0",
         "greater than or equal to 0",
+    ),
+    BadSpec(
+        "custom-rate-gauge",
+        custom({"name": "parsed", "rate": {"events": "tool_calls_parsed", "total": "tool_calls_total", **WORSE}}),
+        "spec.rollout.guardrails.custom[0].rate.events",
+        "events must be a counter, named with the suffix _total",
+        "events must be a counter, named with the suffix _total",
+    ),
+    BadSpec(
+        "custom-rate-same-counter",
+        custom({"name": "parsed", "rate": {"events": "tool_calls_total", "total": "tool_calls_total", **WORSE}}),
+        "spec.rollout.guardrails.custom[0].rate.events",
+        "must be different counters",
+        "must be different counters",
+    ),
+    BadSpec(
+        "custom-histogram-series",
+        custom({"name": "lat", "latency": {"histogram": "tool_call_duration_seconds_bucket", "maxRegression": 0.1}}),
+        "spec.rollout.guardrails.custom[0].latency.histogram",
+        "histogram must be a histogram's base name",
+        "histogram must be a histogram's base name",
+    ),
+    BadSpec(
+        "custom-histogram-gauge",
+        custom({"name": "kv", "latency": {"histogram": "vllm:kv_cache_usage_perc", "maxRegression": 0.1}}),
+        "spec.rollout.guardrails.custom[0].latency.histogram",
+        "a gauge's instant value cannot be bounded",
+        "a gauge's instant value cannot be bounded",
+    ),
+    BadSpec(
+        "custom-metric-name-promql",
+        custom({"name": "lat", "latency": {"histogram": 'x{a="b"} or vector(1)', "maxRegression": 0.1}}),
+        "spec.rollout.guardrails.custom[0].latency.histogram",
+        "should match pattern",
+        "should match",
+    ),
+    BadSpec(
+        "custom-quantile-one",
+        custom(
+            {"name": "lat", "latency": {"histogram": "tool_call_duration_seconds", "quantile": 1, "maxRegression": 0.1}}
+        ),
+        "spec.rollout.guardrails.custom[0].latency.quantile",
+        "less than 1",
+        "less than 1",
+    ),
+    BadSpec(
+        "custom-both-kinds",
+        custom(
+            {
+                "name": "both",
+                "rate": {"events": "tool_calls_parsed_total", "total": "tool_calls_total", **WORSE},
+                "latency": {"histogram": "tool_call_duration_seconds", "maxRegression": 0.1},
+            }
+        ),
+        "spec.rollout.guardrails.custom[0].rate",
+        "exactly one of rate and latency",
+        "exactly one of rate and latency",
+    ),
+    BadSpec(
+        "custom-escapes-the-track",
+        custom(
+            {
+                "name": "lat",
+                "latency": {"histogram": "tool_call_duration_seconds", "maxRegression": 0.1},
+                "matchLabels": {"specfleet_io_track": "stable"},
+            }
+        ),
+        "spec.rollout.guardrails.custom[0].matchLabels",
+        "matchLabels must not set",
+        "matchLabels must not set",
+    ),
+    BadSpec(
+        "custom-duplicate-names",
+        custom(
+            {"name": "lat", "latency": {"histogram": "a_seconds", "maxRegression": 0.1}},
+            {"name": "lat", "latency": {"histogram": "b_seconds", "maxRegression": 0.1}},
+        ),
+        "spec.rollout.guardrails.custom",
+        "custom guardrail names must be unique",
+        "custom guardrail names must be unique",
     ),
     BadSpec(
         "acceptance-above-one",

@@ -70,6 +70,11 @@ ROLLOUT_PHASE = f"max by ({_SDEP}, phase) ({operator_metrics.ROLLOUT_PHASE}{{{_F
 CANARY_WEIGHT = f"max by ({_SDEP}) ({operator_metrics.CANARY_WEIGHT}{{{_FLEET}}})"
 SPEEDUP = f"max by ({_SDEP}, bound) ({operator_metrics.SPEEDUP}{{{_FLEET}}})"
 """Stable's per-token speed-up over the holdback and its bounds (fleets with `rollout.holdback`)."""
+_CUSTOM = f"{{{_FLEET}, {alerts.CUSTOM_GUARDRAILS}}}"
+CUSTOM_GUARDRAILS = f"max by ({_SDEP}, guardrail, bound) ({operator_metrics.GUARDRAIL}{_CUSTOM})"
+"""The live canary's user-defined guardrails at its last analysis: estimate, bounds and limit."""
+CUSTOM_VERDICTS = f"max by ({_SDEP}, guardrail, verdict) ({operator_metrics.GUARDRAIL_VERDICT}{_CUSTOM}) == 1"
+"""One series per user-defined guardrail, named by its verdict at the live canary's last analysis."""
 ROLLOUT_EVENTS = f"sum by (reason) (increase({operator_metrics.ROLLOUT_EVENTS_TOTAL}{_WINDOW}))"
 ANALYSES = f"sum by (verdict) (increase({operator_metrics.ANALYSES_TOTAL}{_WINDOW}))"
 ANALYSIS_P95 = f"histogram_quantile(0.95, sum by (le) (rate({operator_metrics.ANALYSIS_DURATION}_bucket{_WINDOW})))"
@@ -177,10 +182,26 @@ def dashboard() -> dict[str, Any]:
             thresholds={"mode": "absolute", "steps": [{"color": "red", "value": None}, {"color": "green", "value": 1}]},
             custom={"thresholdsStyle": {"mode": "line"}},
         ),
-        _row("Operator", 23),
-        _panel("Analyses by verdict", "timeseries", ANALYSES, "{{verdict}}", (0, 24, 8, 6), unit="short", min=0),
-        _panel("p95 analysis latency", "timeseries", ANALYSIS_P95, "p95", (8, 24, 8, 6), unit="s", min=0),
-        _panel("Reconciles by result", "timeseries", RECONCILES, "{{result}}", (16, 24, 8, 6), unit="ops", min=0),
+        _row("User-defined guardrails of the live canary (rollout.guardrails.custom)", 23),
+        _panel(
+            "Verdict at the last analysis",
+            "stat",
+            CUSTOM_VERDICTS,
+            f"{{{{{_SDEP}}}}} {{{{guardrail}}}}: {{{{verdict}}}}",
+            (0, 24, 8, 6),
+        ),
+        _panel(
+            "Estimate, bounds and limit (share points or relative change)",
+            "timeseries",
+            CUSTOM_GUARDRAILS,
+            f"{{{{{_SDEP}}}}} {{{{guardrail}}}} {{{{bound}}}}",
+            (8, 24, 16, 6),
+            unit="percentunit",
+        ),
+        _row("Operator", 30),
+        _panel("Analyses by verdict", "timeseries", ANALYSES, "{{verdict}}", (0, 31, 8, 6), unit="short", min=0),
+        _panel("p95 analysis latency", "timeseries", ANALYSIS_P95, "p95", (8, 31, 8, 6), unit="s", min=0),
+        _panel("Reconciles by result", "timeseries", RECONCILES, "{{result}}", (16, 31, 8, 6), unit="ops", min=0),
     ]
     for number, panel in enumerate(panels, start=1):
         panel["id"] = number

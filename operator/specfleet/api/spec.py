@@ -12,6 +12,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, Field, JsonValue, WithJsonSchema
 
 from specfleet.api.base import ApiModel, Rule
+from specfleet.api.custom_guardrails import CUSTOM_RULE, MAX_CUSTOM_GUARDRAILS, CustomGuardrail
 from specfleet.api.durations import DURATION_PATTERN
 from specfleet.api.template import PodTemplate
 from specfleet.api.vocabulary import SERVING_FIELDS
@@ -655,6 +656,13 @@ class Guardrails(ApiModel):
     """Optional ceiling on the canary's KV-cache usage (`vllm:kv_cache_usage_perc`, 1 = full), averaged
     over the range and its pods: sustained pressure, where preemptions begin. A level, not a sample: it
     fails when the average is above the ceiling."""
+    custom: Annotated[list[CustomGuardrail], Field(max_length=MAX_CUSTOM_GUARDRAILS)] = []
+    """User-defined guardrails on the application's own counters and histograms (a share of events, e.g.
+    tool calls that parsed, or a quantile of a latency), judged canary against stable like the error rate
+    and the per-token p95: each is the check `custom:<name>`. See docs/judge.md."""
+
+    rules = (CUSTOM_RULE,)
+
     min_draft_tokens: Annotated[int, Field(ge=0, le=1_000_000_000)] = 500
     """Drafted tokens the evidence needs before the acceptance guardrail is judged."""
     min_requests: Annotated[int, Field(ge=0, le=1_000_000_000)] = 100

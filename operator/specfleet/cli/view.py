@@ -161,14 +161,29 @@ GUARDRAIL_UNITS: dict[str, tuple[str, Callable[[float | None], str]]] = {
 """How each guardrail's estimate, bounds and limit read: a change against stable, points, a share, a time."""
 
 
-def guardrail_table(checks: list[dict[str, Any]]) -> Table:
-    """Per guardrail: its verdict, the estimate, the confidence bounds, the limit, and what it still needs."""
+def custom_units(custom: list[dict[str, Any]]) -> dict[str, tuple[str, Callable[[float | None], str]]]:
+    """How the checks of `rollout.guardrails.custom` read: a rate's change in points, a latency's relative."""
+    units: dict[str, tuple[str, Callable[[float | None], str]]] = {}
+    for guardrail in custom:
+        name, latency = f"custom:{guardrail.get('name', '')}", guardrail.get("latency")
+        if isinstance(latency, dict):
+            units[name] = (f"{name} (p{float(latency.get('quantile', 0.95)) * 100:g} vs stable)", _change)
+        else:
+            better = (guardrail.get("rate") or {}).get("higherIsBetter", True)
+            units[name] = (f"{name} ({'fall' if better else 'rise'} vs stable)", _points)
+    return units
+
+
+def guardrail_table(checks: list[dict[str, Any]], custom: list[dict[str, Any]] | None = None) -> Table:
+    """Per guardrail: its verdict, the estimate, the confidence bounds, the limit, and what it still needs.
+    `custom`: the spec's `rollout.guardrails.custom`, to read their checks in their own units."""
+    units = {**GUARDRAIL_UNITS, **custom_units(custom or [])}
     table = Table(title="Guardrails", header_style="bold", title_justify="left")
     for column in ("guardrail", "verdict", "estimate", "bounds", "limit", "needs"):
         table.add_column(column, justify="left" if column in ("guardrail", "needs") else "right")
     styles = {"Pass": "green", "Fail": "red"}
     for check in checks:
-        label, fmt = GUARDRAIL_UNITS.get(check["guardrail"], (check["guardrail"], _fraction))
+        label, fmt = units.get(check["guardrail"], (check["guardrail"], _fraction))
         lower, upper = check.get("lower"), check.get("upper")
         bounds = "-" if lower is None or upper is None else f"{fmt(lower)} .. {fmt(upper)}"
         table.add_row(
@@ -284,7 +299,8 @@ def render_status(obj: dict[str, Any]) -> Group:
             measures.add_row(label, fmt(canary.get(key)), fmt(stable.get(key)))
         parts.append(measures)
         if analysis.get("checks"):
-            parts.append(guardrail_table(analysis["checks"]))
+            custom = ((obj.get("spec") or {}).get("rollout") or {}).get("guardrails", {}).get("custom") or []
+            parts.append(guardrail_table(analysis["checks"], custom))
         if analysis.get("reasons"):
             parts.append(Text("\n".join(f"• {r}" for r in analysis["reasons"]), style="yellow"))
         if canary.get("acceptancePerPosition"):

@@ -1,16 +1,18 @@
 """One analysis of a live canary: read both tracks' evidence from Prometheus, then let the pure judge decide."""
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
 
+from specfleet.api.custom_guardrails import CustomGuardrail
 from specfleet.api.durations import parse_duration
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.spec import SpeculativeMethod
 from specfleet.api.status import Analysis, CandidateState, OutputPairs, SpeculativeDeploymentStatus, Verdict
 from specfleet.api.vocabulary import Track
 from specfleet.controller.metrics import ANALYSES, ANALYSIS_SECONDS
-from specfleet.judge import Recent, TrackEvidence, judge, measurements
+from specfleet.judge import CustomReading, Recent, TrackEvidence, judge, measurements
 from specfleet.judge.equivalence import tally
 from specfleet.metrics import names, promql
 from specfleet.metrics.prometheus import MetricsProvider, ProviderError
@@ -39,11 +41,31 @@ def _binned(
     return Binned.from_buckets(buckets)
 
 
+def _custom(
+    provider: MetricsProvider,
+    guardrail: CustomGuardrail,
+    selector: promql.TrackSelector,
+    r: str,
+    at: float | None,
+) -> CustomReading:
+    """One custom guardrail's counters or histogram on one track (None where Prometheus has no series)."""
+    queries = promql.custom_queries(guardrail, selector, r)
+    if "histogram" in queries:
+        by_le = provider.by_label(queries["histogram"], "le", at)
+        buckets = {bound: count for le, count in by_le.items() if (bound := _number(le)) is not None}
+        return CustomReading(histogram=Binned.from_buckets(buckets))
+    return CustomReading(events=provider.scalar(queries["events"], at), total=provider.scalar(queries["total"], at))
+
+
 def evidence(
-    provider: MetricsProvider, selector: promql.TrackSelector, seconds: float, at: float | None = None
+    provider: MetricsProvider,
+    selector: promql.TrackSelector,
+    seconds: float,
+    at: float | None = None,
+    custom: Sequence[CustomGuardrail] = (),
 ) -> TrackEvidence:
     """Every count the judge needs for one track, as increases over the `seconds` before Unix time `at`
-    (Prometheus' now when None)."""
+    (Prometheus' now when None), with the readings of the `custom` guardrails."""
     r = promql.seconds(seconds)
     counters = {
         field: provider.scalar(promql.increase(metric, selector, r), at) for field, metric in promql.COUNTERS.items()
@@ -75,6 +97,7 @@ def evidence(
         else (),
         request_rate_per_pod=tuple(provider.by_label(promql.request_rate_by_pod(selector, r), "pod", at).values()),
         seconds=seconds,
+        custom={g.name: _custom(provider, g, selector, r, at) for g in custom},
     )
 
 
@@ -166,12 +189,16 @@ def _analyze(
         try:
             at = now.timestamp()
             seconds = scraped_seconds(provider, (measured, stable, *others), seconds, at)
-            measured_evidence = evidence(provider, measured, seconds, at)
-            stable_evidence = evidence(provider, stable, seconds, at)
+            custom = spec.rollout.guardrails.custom
+            measured_evidence = evidence(provider, measured, seconds, at, custom)
+            stable_evidence = evidence(provider, stable, seconds, at, custom)
             recent = None
             if seconds > window:  # the trailing window too, for a canary that turns bad late in a long step
                 recent = Recent(
-                    evidence(provider, measured, window, at), evidence(provider, stable, window, at), window, look
+                    evidence(provider, measured, window, at, custom),
+                    evidence(provider, stable, window, at, custom),
+                    window,
+                    look,
                 )
         except ProviderError as error:
             ANALYSES.labels(Verdict.ERROR.value).inc()

@@ -12,7 +12,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from specfleet.api.status import Phase
+from specfleet.api.status import Phase, Verdict
 from specfleet.api.vocabulary import ConditionType
 from specfleet.metrics import names
 
@@ -24,6 +24,9 @@ ROLLOUT_PHASE = "specfleet_rollout_phase"
 CANARY_WEIGHT = "specfleet_canary_weight"
 SPECULATION_PAYING = "specfleet_speculation_paying"
 SPEEDUP = "specfleet_speedup"
+GUARDRAIL = "specfleet_guardrail"
+GUARDRAIL_VERDICT = "specfleet_guardrail_verdict"
+CHECK_BOUNDS = ("estimate", "lower", "upper", "limit")
 LEADING = "specfleet_leader"
 
 API_REQUESTS = Counter(
@@ -39,7 +42,9 @@ LEADER = Gauge(LEADING, "1 while this replica runs the reconcile workers (it hol
 
 class FleetCollector(Collector):
     """`specfleet_rollout_phase` (1 for the current phase, 0 for the others), `specfleet_canary_weight`,
-    `specfleet_speculation_paying` and `specfleet_speedup`.
+    `specfleet_speculation_paying`, `specfleet_speedup`, and the live canary's guardrails at its last
+    analysis (`specfleet_guardrail`, `specfleet_guardrail_verdict`, one `guardrail` label value per check,
+    `custom:<name>` for user-defined ones).
 
     Labelled like the vLLM pods' series (`namespace`, `specfleet_io_name`), so dashboards can put the
     rollout next to the acceptance rate. `objects` is called from the metrics server's thread: it must
@@ -63,6 +68,16 @@ class FleetCollector(Collector):
             "Stable's per-token speed-up over the holdback (rollout.holdback), last window: estimate and bounds",
             labels=[*keys, "bound"],
         )
+        guardrail = GaugeMetricFamily(
+            GUARDRAIL,
+            "The live canary's guardrails at its last analysis: estimate, bounds and limit, in the limit's unit",
+            labels=[*keys, "guardrail", "bound"],
+        )
+        verdict = GaugeMetricFamily(
+            GUARDRAIL_VERDICT,
+            "The live canary's guardrails at its last analysis: 1 for the check's verdict, 0 for the others",
+            labels=[*keys, "guardrail", "verdict"],
+        )
         for obj in self._objects():
             meta, status = obj.get("metadata") or {}, obj.get("status") or {}
             key = [meta.get("namespace", ""), meta.get("name", "")]
@@ -79,7 +94,26 @@ class FleetCollector(Collector):
             for bound in ("estimate", "lower", "upper"):
                 if isinstance(measured.get(bound), int | float):
                     speedup.add_metric([*key, bound], float(measured[bound]))
+            for check in _live_checks(status):
+                name = str(check.get("guardrail", ""))
+                for bound in CHECK_BOUNDS:
+                    if isinstance(check.get(bound), int | float):
+                        guardrail.add_metric([*key, name, bound], float(check[bound]))
+                for judged in Verdict:
+                    verdict.add_metric([*key, name, judged.value], 1.0 if check.get("verdict") == judged else 0.0)
         yield phase
         yield weight
         yield paying
         yield speedup
+        yield guardrail
+        yield verdict
+
+
+def _live_checks(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The last analysis's checks while the canary it judged is live: a finished rollout's stay in status,
+    but are no longer a state to alert on."""
+    analysis = status.get("lastAnalysis") or {}
+    live = status.get("canaryRevision")
+    if not live or analysis.get("revision") != live:
+        return []
+    return [c for c in analysis.get("checks") or [] if isinstance(c, Mapping)]

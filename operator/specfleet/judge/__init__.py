@@ -13,18 +13,20 @@ The evidence is everything since the step started, and the bounds are a confiden
 (`specfleet.stats.sequence_z`): valid at every look at once, narrowing as the evidence grows.
 
 By concern: `evidence` (what a track measured, the shared formulas), `verdicts` (one guardrail's verdict
-from its bounds), `canary` (the guardrails and `judge`), `speedup` (the holdback speed-up), `drift` (the
-serving fleet against promotion), `wording` (how numbers read in reasons).
+from its bounds), `canary` (the guardrails and `judge`), `custom` (user-defined guardrails, with the same
+statistics), `speedup` (the holdback speed-up), `drift` (the serving fleet against promotion), `wording`
+(how numbers read in reasons).
 """
 
 from specfleet.judge.canary import Judgement, Recent, judge, judged_guardrails
 from specfleet.judge.drift import DriftCheck, describe_mix, drift
-from specfleet.judge.evidence import TrackEvidence, measurements
+from specfleet.judge.evidence import CustomReading, TrackEvidence, measurements
 from specfleet.judge.speedup import speedup
 from specfleet.judge.verdicts import LOAD_TOLERANCE
 
 __all__ = [
     "LOAD_TOLERANCE",
+    "CustomReading",
     "DriftCheck",
     "Judgement",
     "Recent",

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from specfleet.api.spec import Guardrails
 from specfleet.api.status import GuardrailCheck, Measurements, Verdict
 from specfleet.judge import wording
+from specfleet.judge.custom import custom_check
 from specfleet.judge.equivalence import PairTally, output_equivalence
 from specfleet.judge.evidence import LATENCY_QUANTILE, TrackEvidence, measurements
 from specfleet.judge.verdicts import (
@@ -439,6 +440,7 @@ def _checks(look: Look, speculative: bool) -> list[Check]:
         checks.append(_acceptance(look))
     if g.max_kv_cache_usage is not None:
         checks.append(_kv_cache(look, g.max_kv_cache_usage))
+    checks += [custom_check(look, custom) for custom in g.custom]  # each with its own minimum of events
     if canary.requests < g.min_requests:
         needs = f"need {g.min_requests}"
         if canary.requests > 0:
@@ -460,9 +462,16 @@ def _checks(look: Look, speculative: bool) -> list[Check]:
 
 
 def judged_guardrails(guardrails: Guardrails, speculative: bool) -> int:
-    """Guardrails with a confidence bound, over which the false-verdict budget is split (the KV level has none)."""
+    """Guardrails with a confidence bound, over which the false-verdict budget is split (the KV level has none;
+    each custom guardrail has one)."""
     g = guardrails
-    optional = (g.max_error_rate, g.max_step_latency_p95_seconds, g.max_throughput_drop, g.max_queue_time_p95_seconds)
+    optional = (
+        g.max_error_rate,
+        g.max_step_latency_p95_seconds,
+        g.max_throughput_drop,
+        g.max_queue_time_p95_seconds,
+        *g.custom,
+    )
     return 3 + int(speculative) + sum(limit is not None for limit in optional) + int(g.output_equivalence.enabled)
 
 

@@ -43,6 +43,16 @@ def quantile(data: Binned | None, q: float) -> float | None:
 
 
 @dataclass(frozen=True)
+class CustomReading:
+    """One custom guardrail on one track (`guardrails.custom`): its counters' increases, or its histogram.
+    None where Prometheus has no such series."""
+
+    events: float | None = None
+    total: float | None = None
+    histogram: Binned | None = None
+
+
+@dataclass(frozen=True)
 class TrackEvidence:
     """What Prometheus holds about one track over the evidence range: increases of counters and buckets."""
 
@@ -78,6 +88,8 @@ class TrackEvidence:
     kv_cache_usage_max: float | None = None
     request_rate_per_pod: tuple[float, ...] = ()
     seconds: float = 0.0
+    custom: Mapping[str, CustomReading] = field(default_factory=dict)
+    """Readings of `guardrails.custom`, by guardrail name."""
 
     @property
     def requests(self) -> float:

@@ -6,6 +6,8 @@ _BY = f"{names.NAMESPACE}, {names.SDEP}, {names.TRACK}"
 
 ACCEPTANCE_FLOOR = 0.60
 """Seed 002: below 60% accepted, speculation rarely pays for its drafter."""
+CUSTOM_GUARDRAILS = 'guardrail=~"custom:.+"'
+"""The operator's `specfleet_guardrail*` series of user-defined guardrails (`rollout.guardrails.custom`)."""
 
 
 def _by_track(metric: str, extra: str = "") -> str:
@@ -17,6 +19,13 @@ def _p95_by_fleet(histogram: str, track: str) -> str:
         f"histogram_quantile(0.95, sum by ({names.NAMESPACE}, {names.SDEP}, le) "
         f'(rate({histogram}_bucket{{{names.TRACK}="{track}"}}[5m])))'
     )
+
+
+def _custom_verdict(verdict: str) -> str:
+    """A custom guardrail at this verdict in the live canary's last analysis (`max`: every operator replica
+    exports it)."""
+    series = f'specfleet_guardrail_verdict{{{CUSTOM_GUARDRAILS}, verdict="{verdict}"}}'
+    return f"max by ({names.NAMESPACE}, {names.SDEP}, guardrail) ({series}) == 1"
 
 
 RULES: list[dict[str, object]] = [
@@ -31,6 +40,32 @@ RULES: list[dict[str, object]] = [
             "rollout.drift.looks windows in a row (acceptance alpha fallen, or per-token latency risen at comparable "
             "load). kubectl specfleet status shows the numbers; onDrift: Rollback canaries back to the previous "
             "config.",
+        },
+    },
+    {
+        "alert": "SpecfleetCustomGuardrailFailing",
+        "expr": _custom_verdict("Fail"),
+        "for": "0m",
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": "A canary fails a user-defined guardrail",
+            "description": "{{ $labels.namespace }}/{{ $labels.specfleet_io_name }}: the live canary's last analysis "
+            "failed {{ $labels.guardrail }} (rollout.guardrails.custom): its bound is surely past the limit. The "
+            "canary is rolled back once analysis.failureLimit is exceeded; kubectl specfleet status shows the "
+            "numbers.",
+        },
+    },
+    {
+        "alert": "SpecfleetCustomGuardrailUndecided",
+        "expr": _custom_verdict("Inconclusive"),
+        "for": "30m",
+        "labels": {"severity": "info"},
+        "annotations": {
+            "summary": "A user-defined guardrail has been Inconclusive for 30 minutes",
+            "description": "{{ $labels.namespace }}/{{ $labels.specfleet_io_name }}: {{ $labels.guardrail }} "
+            "has not been decided for 30 minutes. With 'no data for ...' in the verdict's reason Prometheus has no "
+            "such series for the canary or stable (a misspelt metric name, matchLabels that match nothing, a "
+            "metric the pods do not export): the rollout waits, then analysis.onNoData acts.",
         },
     },
     {

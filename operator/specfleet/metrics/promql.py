@@ -5,8 +5,10 @@ histogram bucket (`sum by (le)`), so it can put confidence bounds on them and co
 bucket bounds they share. Ratios shown on dashboards follow vLLM's own speculative-decoding dashboard.
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from specfleet.api.custom_guardrails import CustomGuardrail
 from specfleet.metrics import names
 
 
@@ -32,6 +34,12 @@ class TrackSelector:
             names.REVISION: self.revision,
         }
         return "{" + ",".join(f'{k}="{escape(v)}"' for k, v in pairs.items()) + "}"
+
+    def matchers_with(self, labels: Mapping[str, str]) -> str:
+        """The track's matchers, then `labels` as equalities (a custom guardrail's `matchLabels`; the API
+        refuses the track's own labels there, and a value is always a quoted, escaped string)."""
+        extra = "".join(f',{k}="{escape(v)}"' for k, v in sorted(labels.items()))
+        return self.matchers()[:-1] + extra + "}"
 
 
 def seconds(value: float) -> str:
@@ -134,3 +142,18 @@ HISTOGRAMS = {
     "queue_time": names.QUEUE_TIME,
 }
 """Evidence field -> histogram whose buckets the judge reads."""
+
+
+def custom_queries(guardrail: CustomGuardrail, s: TrackSelector, r: str) -> dict[str, str]:
+    """Reading -> query for one custom guardrail on one track: its counters' increases (`events`, `total`) or
+    its histogram's buckets (`histogram`, by `le`). Only metric names and label equalities come from the
+    user; the rest, and the track's matchers, are the operator's."""
+    selector = s.matchers_with(guardrail.match_labels)
+    if guardrail.rate is not None:
+        rate = guardrail.rate
+        return {
+            "events": f"sum(increase({rate.events}{selector}[{r}]))",
+            "total": f"sum(increase({rate.total}{selector}[{r}]))",
+        }
+    assert guardrail.latency is not None
+    return {"histogram": f"sum by (le) (increase({guardrail.latency.histogram}_bucket{selector}[{r}]))"}

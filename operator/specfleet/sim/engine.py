@@ -104,6 +104,9 @@ class Metrics:
     running: int = 0
     waiting: int = 0
     kv_cache_usage: float = 0.0
+    tool_calls: int | None = None
+    """Tool calls made (one per finished request), None while the scenario does not ask for them."""
+    tool_calls_parsed: int = 0
     time_to_first_token: Histogram = field(init=False)
     inter_token_latency: Histogram = field(init=False)
     time_per_output_token: Histogram = field(init=False)
@@ -159,6 +162,8 @@ class EngineConfig:
     error_rate: float
     abort_rate: float
     noise: float
+    tool_calls_parsed: float | None
+    """Share of finished requests whose tool call parses; None: no tool-call counters."""
     max_num_seqs: int
     max_num_batched_tokens: int
     max_model_len: int | None
@@ -254,6 +259,7 @@ def configure(args: VllmArgs, params: Params, gpu: GpuProduct) -> EngineConfig:
         error_rate=params.error_rate,
         abort_rate=params.abort_rate,
         noise=params.noise,
+        tool_calls_parsed=params.tool_calls_parsed,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
         max_model_len=args.max_model_len,
@@ -313,6 +319,7 @@ class Engine:
         self.rng = rng
         self.clock = start
         self.metrics = Metrics(k=config.k, buckets=buckets)
+        self._count_tool_calls()
         self._waiting: deque[_Request] = deque()
         self._running: list[_Request] = []
         self._kv_used = 0
@@ -327,12 +334,18 @@ class Engine:
         """
         old = self.config
         self.config = config
+        self._count_tool_calls()
         if config.load != old.load:
             self._next_arrival = now + self._interarrival(config.load)
         acceptance = (config.k, config.acceptance, config.acceptance_spread, config.decay)
         if acceptance != (old.k, old.acceptance, old.acceptance_spread, old.decay):
             for request in (*self._running, *self._waiting):
                 request.rates = self._request_rates()
+
+    def _count_tool_calls(self) -> None:
+        """Tool-call counters exist from the moment a scenario asks for them (counters never go away)."""
+        if self.config.tool_calls_parsed is not None and self.metrics.tool_calls is None:
+            self.metrics.tool_calls = 0
 
     def advance_to(self, t: float) -> None:
         """Run every engine step that ends by `t`; a step in flight at `t` finishes in a later call."""
@@ -552,6 +565,9 @@ class Engine:
         tokens_after_first = request.generated - 1
         mean = (request.last_token - request.first_token) / tokens_after_first if tokens_after_first > 0 else 0.0
         metrics.time_per_output_token.observe(mean)
+        if self.config.tool_calls_parsed is not None and metrics.tool_calls is not None:
+            metrics.tool_calls += 1
+            metrics.tool_calls_parsed += self.rng.random() < self.config.tool_calls_parsed
 
     def _update_gauges(self) -> None:
         self.metrics.running = len(self._running)

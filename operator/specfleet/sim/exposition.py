@@ -20,6 +20,9 @@ ENGINE_INDEX = "0"
 
 PREFILL_TIME = "vllm:request_prefill_time_seconds"
 DECODE_TIME = "vllm:request_decode_time_seconds"
+TOOL_CALLS = "tool_calls_total"
+TOOL_CALLS_PARSED = "tool_calls_parsed_total"
+"""An application's own counters (scenario knob `tool_calls_parsed`), not vLLM's: what a custom guardrail reads."""
 INFERENCE_TIME = "vllm:request_inference_time_seconds"
 
 
@@ -105,6 +108,11 @@ def families(metrics: Metrics, model_name: str, speculative: bool, created: floa
         (DECODE_TIME, "Histogram of time spent in DECODE phase for request.", metrics.decode_time),
     ]
     out += [_histogram(name, doc, histogram, labels, created) for name, doc, histogram in histograms]
+    if metrics.tool_calls is not None:
+        out += [
+            _counter(TOOL_CALLS, "Tool calls made.", metrics.tool_calls, labels, created),
+            _counter(TOOL_CALLS_PARSED, "Tool calls whose output parsed.", metrics.tool_calls_parsed, labels, created),
+        ]
     if speculative:
         out += _spec_decode(metrics, labels, created)
     return out
