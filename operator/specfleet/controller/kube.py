@@ -179,14 +179,7 @@ class Kube:
 
         Raises SecretError (missing, forbidden, no such key, not base64 text), never an API exception.
         """
-        API_REQUESTS.labels("get", "Secret").inc()
-        where = f"Secret {namespace}/{name}"
-        try:
-            secret = self._resource("v1", "Secret").get(name=name, namespace=namespace)
-        except NotFoundError:
-            raise SecretError(f"{where}: not found") from None
-        except ForbiddenError:
-            raise SecretError(f"{where}: forbidden: the operator may not read it (RBAC)") from None
+        secret, where = self._read_core("Secret", namespace, name, SecretError)
         data = secret.data.to_dict() if secret.data is not None else {}
         if not data.get(key):
             raise SecretError(f"{where}: has no key {key}")
@@ -195,19 +188,24 @@ class Kube:
         except (ValueError, UnicodeDecodeError):
             raise SecretError(f"{where}: key {key} is not base64-encoded text") from None
 
+    def _read_core(self, kind: str, namespace: str, name: str, error: type[Exception]) -> tuple[Any, str]:
+        """A core/v1 object the user names, and how to name it in messages; a missing or forbidden one raises
+        `error` with that said (never an API exception)."""
+        API_REQUESTS.labels("get", kind).inc()
+        where = f"{kind} {namespace}/{name}"
+        try:
+            return self._resource("v1", kind).get(name=name, namespace=namespace), where
+        except NotFoundError:
+            raise error(f"{where}: not found") from None
+        except ForbiddenError:
+            raise error(f"{where}: forbidden: the operator may not read it (RBAC)") from None
+
     def read_config_map(self, namespace: str, name: str, key: str) -> str:
         """One key of a ConfigMap (the output-equivalence prompts); the value is never logged.
 
         Raises ConfigMapError (missing, forbidden, no such key), never an API exception.
         """
-        API_REQUESTS.labels("get", "ConfigMap").inc()
-        where = f"ConfigMap {namespace}/{name}"
-        try:
-            config_map = self._resource("v1", "ConfigMap").get(name=name, namespace=namespace)
-        except NotFoundError:
-            raise ConfigMapError(f"{where}: not found") from None
-        except ForbiddenError:
-            raise ConfigMapError(f"{where}: forbidden: the operator may not read it (RBAC)") from None
+        config_map, where = self._read_core("ConfigMap", namespace, name, ConfigMapError)
         data = config_map.data.to_dict() if config_map.data is not None else {}
         if not isinstance(data.get(key), str) or not data[key].strip():
             raise ConfigMapError(f"{where}: has no key {key}")

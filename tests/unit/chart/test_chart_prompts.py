@@ -4,21 +4,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
-from specfleet.cachedir import cache_root
-from specfleet.devcluster.binaries import COMPONENTS, find_binary
-
 from repokit import ROOT
-
-
-@pytest.fixture(scope="module")
-def pinned_helm() -> Path:
-    found = find_binary(COMPONENTS["helm"], cache_root())
-    if found is None:
-        pytest.fail("the pinned helm is not built yet: run `specfleet dev build` first")
-    return found
 
 
 def config_map_rules(helm: Path, *args: str) -> list[dict[str, Any]]:
@@ -29,9 +17,9 @@ def config_map_rules(helm: Path, *args: str) -> list[dict[str, Any]]:
     return [r for role in roles for r in role["rules"] if "configmaps" in r["resources"]]
 
 
-def test_config_maps_only_when_output_equivalence_prompts_are_on_and_narrowed_to_names(pinned_helm: Path) -> None:
-    assert config_map_rules(pinned_helm) == []
-    assert config_map_rules(pinned_helm, "--set", "outputEquivalencePrompts.enabled=true") == [
+def test_config_maps_only_when_output_equivalence_prompts_are_on_and_narrowed_to_names(helm: Path) -> None:
+    assert config_map_rules(helm) == []
+    assert config_map_rules(helm, "--set", "outputEquivalencePrompts.enabled=true") == [
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}
     ]
     narrowed = (
@@ -40,6 +28,6 @@ def test_config_maps_only_when_output_equivalence_prompts_are_on_and_narrowed_to
         "--set",
         "outputEquivalencePrompts.configMapNames={p}",
     )
-    assert config_map_rules(pinned_helm, *narrowed, "--set", "watchNamespaces={a}") == [
+    assert config_map_rules(helm, *narrowed, "--set", "watchNamespaces={a}") == [
         {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"], "resourceNames": ["p"]}
     ]
