@@ -85,6 +85,13 @@ class Fleet:
         command = [str(self.cluster.kubectl), "--kubeconfig", str(self.cluster.kubeconfig), "-n", self.namespace]
         return subprocess.run([*command, *args], input=stdin, capture_output=True, text=True, timeout=60, check=check)
 
+    def specfleet(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """`kubectl specfleet ARGS` in this namespace, as the plugin runs it (kubectl itself would take no flags
+        before a plugin's name)."""
+        command = [sys.executable, "-m", "specfleet.cli", *args]
+        command += ["--kubeconfig", str(self.cluster.kubeconfig), "-n", self.namespace]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
     def apply(self, document: dict[str, Any]) -> None:
         self.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(document))
 

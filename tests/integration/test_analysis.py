@@ -130,7 +130,8 @@ def test_tokens_never_leave_their_secrets(
         operator.stop()
     assert [h["outcome"] for h in canaried(fleet.status("llama"))][-2:] == ["RolledBack", "RolledBack"]
     events = fleet.core.list_namespaced_event(fleet.namespace).items
-    plugin = fleet.kubectl("specfleet", "status", "llama", check=False)
+    plugin = fleet.specfleet("status", "llama")
+    assert plugin.returncode == 0 and "RolledBack" in plugin.stdout, plugin.stderr
     seen = {
         "operator logs": "".join(log.read_text() for log in logs),
         "events": "\n".join(f"{e.reason} {e.message}" for e in events),
