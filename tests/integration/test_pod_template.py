@@ -12,7 +12,7 @@ from specfleet.api.vocabulary import Track
 from specfleet.devcluster.cluster import ClusterInfo
 from specfleet.render.manifests import render
 
-from fleetkit import Fleet, Operator, sdep, wait_for
+from fleetkit import Fleet, Operator, healthy, sdep, wait_for
 from speckit import FULL_TEMPLATE
 
 pytestmark = pytest.mark.integration
@@ -78,3 +78,28 @@ def test_a_fitted_fleet_rolls_out_and_a_label_change_is_no_canary(operator: Oper
         timeout=180,
     )
     assert status["history"][-1]["outcome"] == "Promoted"
+
+
+def test_a_template_the_api_server_refuses_is_an_invalid_spec_and_stable_keeps_serving(
+    operator: Operator, fleet: Fleet
+) -> None:
+    """A volume is kept as the object the user wrote (the CRD cannot hold every Kubernetes type): one the API server
+    refuses in the rendered Deployment makes the spec invalid, with the server's words, until it is fixed."""
+    before = healthy(fleet)["stableRevision"]
+    bad = {"spec": {"volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "-1Gi"}}]}}
+    fleet.patch_spec("llama", {"template": bad})
+    invalid = wait_for(
+        "the spec reported invalid",
+        lambda: next((c for c in fleet.status("llama").get("conditions", []) if c["type"] == "SpecValid"
+                      and c["status"] == "False"), None),
+    )  # fmt: skip
+    assert "spec.template.spec.volumes" in invalid["message"] and "sizeLimit" in invalid["message"], invalid
+    status = fleet.status("llama")
+    assert status["stableRevision"] == before and status["readyReplicas"]["stable"] == 2
+    good = {"spec": {"volumes": [{"name": "scratch", "emptyDir": {"medium": "Memory"}}]}}
+    fleet.patch_spec("llama", {"template": good})
+    wait_for(
+        "the fixed template promoted",
+        lambda: (s := fleet.status("llama"))["stableRevision"] != before and s.get("phase") == "Healthy",
+        timeout=180,
+    )

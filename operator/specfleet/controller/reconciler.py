@@ -12,6 +12,7 @@ catches up. So a decision is never replayed on a stale status, and a status is n
 import asyncio
 import contextlib
 import functools
+import json
 import logging
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from kubernetes.dynamic.exceptions import ApiException, ConflictError, ForbiddenError
+from kubernetes.dynamic.exceptions import ApiException, ConflictError, ForbiddenError, UnprocessibleEntityError
 from urllib3.exceptions import HTTPError
 
 from specfleet.api.resource import SpeculativeDeployment
@@ -74,6 +75,9 @@ class Reconciler:
     """Where blocking calls (the Kubernetes client, Prometheus) run: one thread per worker, so `--workers`
     objects are reconciled at once. None: asyncio's default pool, which has only cores + 4 threads."""
     _conflicts: dict[Key, set[str]] = field(default_factory=dict)
+    _refused: dict[Key, tuple[int, str]] = field(default_factory=dict)
+    """A child the API server refused as invalid (422), per object: (the generation it was rendered from, what the
+    server said). The spec is reported invalid until a new generation renders something else."""
     _providers: dict[tuple[str, str | None], Prometheus] = field(default_factory=dict)
     _written_over: dict[Key, str] = field(default_factory=dict)
     """The resourceVersion our last status write replaced, per object: a cache still at it is behind."""
@@ -127,6 +131,7 @@ class Reconciler:
         body = self.store.sdeps.get(key)
         if body is None or body.get("metadata", {}).get("deletionTimestamp"):
             self._conflicts.pop(key, None)
+            self._refused.pop(key, None)
             self._written_over.pop(key, None)
             return None  # children go with their owner references; no finalizer needed
         if self._written_over.get(key) == body.get("metadata", {}).get("resourceVersion"):
@@ -160,6 +165,11 @@ class Reconciler:
         if self._conflicts.get(key):
             names = ", ".join(sorted(self._conflicts[key]))
             observation = _with_problem(observation, f"objects not created by specfleet already use the names {names}")
+        refused = self._refused.get(key)
+        if refused is not None and refused[0] == sdep.metadata.generation:
+            observation = _with_problem(observation, refused[1])
+        elif refused is not None:  # the spec changed: render and apply again
+            del self._refused[key]
         decision = decide(sdep.spec, sdep.status, observation)
         if (decision.analysis_due or decision.candidate_analyses_due) and url is not None:
             observation = await self._analyses(sdep, url, decision, observation)
@@ -425,18 +435,23 @@ class Reconciler:
             return
         if observed is not None and contains(observed, manifest):
             return
-        if observed is None:
-            try:
-                self.kube.create(manifest)
-                return
-            except ConflictError:
-                meta = manifest["metadata"]
-                existing = self.kube.read(manifest["apiVersion"], manifest["kind"], meta["namespace"], meta["name"])
-                if existing is None or not controlled_by(existing, sdep.metadata.uid):
-                    self._conflicts.setdefault(key, set()).add(f"{manifest['kind']}/{name}")
+        try:
+            if observed is None:
+                try:
+                    self.kube.create(manifest)
                     return
-        self._conflicts.get(key, set()).discard(f"{manifest['kind']}/{name}")
-        self.kube.apply(manifest)
+                except ConflictError:
+                    meta = manifest["metadata"]
+                    existing = self.kube.read(manifest["apiVersion"], manifest["kind"], meta["namespace"], name)
+                    if existing is None or not controlled_by(existing, sdep.metadata.uid):
+                        self._conflicts.setdefault(key, set()).add(f"{manifest['kind']}/{name}")
+                        return
+            self._conflicts.get(key, set()).discard(f"{manifest['kind']}/{name}")
+            self.kube.apply(manifest)
+        except UnprocessibleEntityError as error:  # what the spec renders is invalid (a template's volume, say)
+            said = f"the API server refused {manifest['kind']}/{name} rendered from the spec: {_server_message(error)}"
+            logger.error("%s/%s: %s", *key, said)
+            self._refused[key] = (sdep.metadata.generation or 0, said[:1024])
 
     def _delete_unwanted(
         self,
@@ -512,6 +527,14 @@ def _error(status: SpeculativeDeploymentStatus, now: datetime, reason: str, cand
         reasons=[reason[:1000]],
         output_pairs=kept,
     )
+
+
+def _server_message(error: ApiException) -> str:
+    """The API server's own message (it names the field), not the client's dump of the whole response."""
+    try:
+        return str(json.loads(error.body)["message"])
+    except (TypeError, ValueError, KeyError):
+        return str(error.reason)
 
 
 def _said(error: Exception) -> str:

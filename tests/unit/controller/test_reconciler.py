@@ -4,6 +4,7 @@ the watch cache has not caught up with our own last write; an unreadable Prometh
 Error verdict, not an exception; a retiring canary is kept until its traffic is observed off."""
 
 import asyncio
+import json
 import logging
 import time
 from dataclasses import replace
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
-from kubernetes.dynamic.exceptions import ConflictError, ForbiddenError
+from kubernetes.dynamic.exceptions import ConflictError, ForbiddenError, UnprocessibleEntityError
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from specfleet.api.resource import SpeculativeDeployment
@@ -391,3 +392,48 @@ def test_a_capacity_check_that_fails_never_stops_the_reconcile(
     assert after is not None and kube.status_writes and set(decisions.rooms) == {None}
     (record,) = [r for r in caplog.records if "capacity check" in r.getMessage()]
     assert record.levelno >= logging.WARNING and f"{KEY[0]}/{KEY[1]}" in record.getMessage()
+
+
+# 11. a child the API server refuses
+
+
+class RefusingKube(RecordingKube):
+    """Refuses to create or apply the canary's Deployment as invalid (422), as for a template's bad volume."""
+
+    MESSAGE = 'Deployment.apps "llama-eagle3-canary" is invalid: spec.template.spec.volumes[2].name: Invalid value'
+
+    def create(self, manifest: dict[str, Any]) -> None:
+        self._refuse(manifest)
+        super().create(manifest)
+
+    def apply(self, manifest: dict[str, Any]) -> None:
+        self._refuse(manifest)
+        super().apply(manifest)
+
+    refusals = 0
+
+    def _refuse(self, manifest: dict[str, Any]) -> None:
+        if manifest["kind"] == "Deployment" and manifest["metadata"]["name"].endswith("-canary"):
+            self.refusals += 1
+            error = ApiException(status=422, reason="Unprocessable Entity")
+            error.body = json.dumps({"kind": "Status", "message": self.MESSAGE})
+            raise UnprocessibleEntityError(error)
+
+
+def test_a_child_the_api_server_refuses_makes_the_spec_invalid_with_the_servers_words_until_it_changes() -> None:
+    store, obj = canary_world()
+    store.children("Deployment", KEY).pop(f"{KEY[1]}-canary")  # the canary's Deployment is still to be created
+    kube = RefusingKube()
+    reconciler = Reconciler(kube, store, WorkQueue(), clock=lambda: NOW)  # type: ignore[arg-type]
+    reconcile(kube, store, reconciler)  # the refusal is met while applying
+    store.put_sdep(merged(obj, {"metadata": {"resourceVersion": "11"}}), deleted=False)  # our status write, seen
+    reconcile(kube, store, reconciler)  # and said on the next pass
+    status = kube.status_writes[-1][0]
+    spec_valid = next(c for c in status["conditions"] if c["type"] == "SpecValid")
+    assert spec_valid["status"] == "False" and RefusingKube.MESSAGE in spec_valid["message"]
+    assert "InvalidSpec" in kube.events and status["phase"] == "Degraded"
+
+    store.put_sdep(merged(obj, {"metadata": {"generation": 3, "resourceVersion": "12"}}), deleted=False)  # a fix
+    assert kube.refusals == 1, "an invalid child is not sent again while the spec is unchanged"
+    reconcile(kube, store, reconciler)
+    assert kube.refusals == 2, "a new generation is rendered and applied again"
