@@ -216,6 +216,14 @@ BAD_SPECS: list[BadSpec] = [
         server_field="spec.template.vllm.resources.requests[cpu]",
     ),
     BadSpec(
+        "template-resource-name-not-a-resource",
+        spec(template={"vllm": {"resources": {"requests": {"numSpeculativeTokens": 1}}}}),
+        "spec.template.vllm.resources.requests[numSpeculativeTokens]",
+        "should match pattern",
+        "keys must have pattern",
+        server_field="spec.template.vllm.resources.requests",
+    ),
+    BadSpec(
         "template-container-named-vllm",
         spec(template={"spec": {"containers": [{"name": "vllm", "image": "busybox"}]}}),
         "spec.template.spec.containers",

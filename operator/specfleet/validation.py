@@ -44,6 +44,9 @@ def _field_path(loc: tuple[int | str, ...], suffix: str = "") -> str:
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
+        elif part == "[key]":  # a map's key was refused: name it as the API server does, `requests[bad key]`
+            parent, _, key = path.rpartition(".")
+            path = f"{parent}[{key}]"
         elif "[" in part or part in {"str", "int", "float", "bool"}:
             continue  # pydantic's names for union members and validators, not fields
         else:
