@@ -532,7 +532,7 @@ def _error(status: SpeculativeDeploymentStatus, now: datetime, reason: str, cand
 def _server_message(error: ApiException) -> str:
     """The API server's own message (it names the field), not the client's dump of the whole response."""
     try:
-        return str(json.loads(error.body)["message"])
+        return str(json.loads(error.body or "")["message"])
     except (TypeError, ValueError, KeyError):
         return str(error.reason)
 
