@@ -13,7 +13,7 @@ from specfleet.api.spec import FallbackAction, SpeculativeDeploymentSpec
 from specfleet.api.status import Analysis, Outcome, Phase, PreflightStatus, Verdict
 from specfleet.api.vocabulary import PROMOTE_FULL, Command, ConditionType
 from specfleet.render.manifests import canary_replicas
-from specfleet.rollout.lifecycle import FRESH_EVIDENCE, abort, fail_canary, promote, step_label
+from specfleet.rollout.lifecycle import FRESH_EVIDENCE, abort, fail_canary, promote, step_anew, step_label
 from specfleet.rollout.moves import budget
 from specfleet.rollout.state import Decided, Pass
 from specfleet.rollout.types import GpuRequest, PreflightState, TrackObservation
@@ -77,14 +77,7 @@ def _clamp_step(p: Pass) -> Pass:
     last = len(p.spec.rollout.steps) - 1
     if (p.status.current_step or 0) <= last:
         return p
-    p = p.with_status(
-        current_step=last,
-        step_started_at=p.obs.now,
-        step_progressed_at=None,
-        step_ready_at=None,
-        step_ready_seconds=0,
-        evidence_since=None,
-    )
+    p = p.with_status(current_step=last, **step_anew(p.obs.now))
     return p.with_event(
         "StepsChanged", f"the steps were shortened: canary {p.status.canary_revision} at {step_label(p)}"
     )
@@ -296,11 +289,7 @@ def _end_step(p: Pass) -> Pass | Decided:
     if step_index < len(p.spec.rollout.steps) - 1:
         p = p.with_status(
             current_step=step_index + 1,
-            step_started_at=p.obs.now,
-            step_progressed_at=None,
-            step_ready_at=None,
-            step_ready_seconds=0,
-            evidence_since=None,
+            **step_anew(p.obs.now),
         )
         p = p.with_event("StepAdvanced", f"canary {p.status.canary_revision} to {step_label(p)}")
         return p.in_phase(Phase.PROGRESSING, True, "CanaryStep", step_label(p))

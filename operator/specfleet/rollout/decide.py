@@ -16,7 +16,7 @@ from specfleet.rollout.canary import PAUSED, progress_canary, start_canary, step
 from specfleet.rollout.columns import with_columns
 from specfleet.rollout.experiment import run_experiment, slice_replicas
 from specfleet.rollout.holdback import holdback_target, holdback_weight, keep_holdback
-from specfleet.rollout.lifecycle import drain, retire_canary
+from specfleet.rollout.lifecycle import drain, retire_canary, step_anew
 from specfleet.rollout.moves import Budget, TrackPods, budget, move
 from specfleet.rollout.rolled_out import rolled_out
 from specfleet.rollout.state import Decided, Pass
@@ -79,14 +79,7 @@ def _pause_or_resume(p: Pass) -> Pass:
     p = p.with_status(paused_at=None).with_event("Resumed", f"rollout resumed after {_duration(p.obs.now - paused_at)}")
     if live_canary(p.status) is None or p.status.current_step is None:
         return p
-    return p.with_status(
-        step_started_at=p.obs.now,
-        step_progressed_at=None,
-        step_ready_at=None,
-        step_ready_seconds=0,
-        evidence_since=None,
-        unjudged_since=None,
-    )
+    return p.with_status(**step_anew(p.obs.now), unjudged_since=None)
 
 
 def _duration(elapsed: timedelta) -> str:

@@ -1,5 +1,8 @@
 """How a canary ends: rolled back, aborted, paused, promoted; and how it retires (traffic first, pods later)."""
 
+from datetime import datetime
+from typing import Any
+
 from specfleet.api.spec import FallbackAction
 from specfleet.api.status import Outcome, Phase, Verdict
 from specfleet.rollout.drift import reference_at_promotion
@@ -7,6 +10,18 @@ from specfleet.rollout.holdback import holdback_at_promotion
 from specfleet.rollout.moves import budget
 from specfleet.rollout.state import Pass
 from specfleet.rollout.types import DRAIN
+
+
+def step_anew(now: datetime) -> dict[str, Any]:
+    """The status of a step that starts (again) at `now`: its progress deadline, readiness and evidence anew."""
+    return {
+        "step_started_at": now,
+        "step_progressed_at": None,
+        "step_ready_at": None,
+        "step_ready_seconds": 0,
+        "evidence_since": None,
+    }
+
 
 FRESH_EVIDENCE = {
     "step_ready_at": None,
@@ -76,10 +91,7 @@ def promote(p: Pass, reason: str) -> Pass:
             stable_revision=revision,
             stable_serving=p.served_spec(revision).serving(),
             current_step=None,
-            step_started_at=p.obs.now,  # the promotion's progress deadline counts from here
-            step_ready_at=None,
-            step_ready_seconds=0,
-            evidence_since=None,
+            **step_anew(p.obs.now),  # the promotion's progress deadline counts from here
         )
         .in_phase(Phase.PROGRESSING, True, "Promoting", f"stable rolling to {revision}")
         .but(canary_traffic=True)
