@@ -11,6 +11,7 @@ from typing import Any
 from specfleet.api.template import PodTemplate
 
 Manifest = dict[str, Any]
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
 def fitted_pod(pod: Manifest, template: PodTemplate | None) -> Manifest:
@@ -62,15 +63,10 @@ def combined_affinity(ours: Manifest | None, theirs: dict[str, Any] | None) -> M
     merged = copy.deepcopy(theirs)
     if not ours:
         return merged
-    required_path = ("nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
-    our_terms = ours["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    our_terms = ours["nodeAffinity"][REQUIRED]["nodeSelectorTerms"]
     our_expressions = [e for term in our_terms for e in term.get("matchExpressions", [])]
-    node_affinity = merged.setdefault(required_path[0], {})
-    required = node_affinity.setdefault(required_path[1], {})
-    terms = required.get("nodeSelectorTerms") or []
-    if not terms:
-        required["nodeSelectorTerms"] = copy.deepcopy(our_terms)
-        return merged
+    required = merged.setdefault("nodeAffinity", {}).setdefault(REQUIRED, {})
+    terms = required.get("nodeSelectorTerms") or [{}]  # none: the accelerator's terms alone
     required["nodeSelectorTerms"] = [
         {**term, "matchExpressions": [*term.get("matchExpressions", []), *our_expressions]} for term in terms
     ]
