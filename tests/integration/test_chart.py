@@ -220,7 +220,7 @@ def test_rendered_chart_passes_a_server_side_dry_run(cluster: Cluster, namespace
             "grafanaDashboard.enabled=true",
         ),
     ]
-    for values in ([], everything):
+    for values in ([], everything, ["--set", "shards=3", *everything]):
         rendered = cluster.helm("template", "sf-dry", str(CHART), "-n", namespace, *values).stdout
         kinds = {doc["kind"] for doc in yaml.safe_load_all(rendered) if doc}
         result = cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", stdin=rendered)

@@ -48,7 +48,19 @@ app.kubernetes.io/part-of: specfleet
 
 {{/* Leader election (a Lease) whenever more than one replica runs. */}}
 {{- define "specfleet.leaderElection" -}}
-{{- if gt (int .Values.replicaCount) 1 -}}true{{- end -}}
+{{- if or (gt (int .Values.replicaCount) 1) (gt (int .Values.shards) 1) -}}true{{- end -}}
+{{- end -}}
+
+{{/* The Leases the operator's replicas hold: one, or one per shard (`specfleet.sharding.Shard.lease_name`). */}}
+{{- define "specfleet.leaseNames" -}}
+{{- $shards := int .Values.shards -}}
+{{- if gt $shards 1 -}}
+{{- range $i := until $shards }}
+- {{ include "specfleet.fullname" $ }}-shard-{{ $i }}-of-{{ $shards }}
+{{- end }}
+{{- else }}
+- {{ include "specfleet.fullname" . }}
+{{- end -}}
 {{- end -}}
 
 {{/* Whether to create the monitoring.coreos.com/v1 kind given as .kind. */}}

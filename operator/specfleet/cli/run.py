@@ -51,6 +51,16 @@ def run(
             "{name} filled in); the dev cluster maps pods to the simulator with it.",
         ),
     ] = "http://{ip}:{port}",
+    shards: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Split the fleets between this many operator processes (needs --leader-election NAMESPACE/BASE; "
+            "shard I elects its replica with the Lease BASE-shard-I-of-N). A fleet belongs to the shard its "
+            "namespace/name hashes to, or to the one its label specfleet.io/shard names. See docs/sharding.md.",
+        ),
+    ] = 1,
+    shard: Annotated[int, typer.Option(min=0, help="Which of the --shards this process is (0 .. N-1).")] = 0,
     workers: Annotated[int, typer.Option(min=1, max=64, help="Objects reconciled at once.")] = 4,
     resync: Annotated[
         float, typer.Option(min=5, help="Seconds between two looks at an object when nothing happens.")
@@ -61,6 +71,7 @@ def run(
 
     from specfleet.controller.handlers import Controller, LeaderElection, OperatorOptions
     from specfleet.controller.kube import Kube, load_config
+    from specfleet.sharding import Shard
 
     kopf.configure(
         verbose=verbose, log_format=kopf.LogFormat.JSON if log_format is LogFormat.JSON else kopf.LogFormat.FULL
@@ -71,6 +82,13 @@ def run(
         election = LeaderElection.parse(leader_election) if leader_election else None
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--leader-election") from error
+    if shard >= shards:
+        raise typer.BadParameter(f"must be below --shards ({shards}), got {shard}", param_hint="--shard")
+    if shards > 1 and election is None:
+        raise typer.BadParameter(
+            "more than one shard needs --leader-election NAMESPACE/BASE (each shard's Lease is BASE-shard-I-of-N)",
+            param_hint="--shards",
+        )
     api_client = load_config(str(kubeconfig) if kubeconfig else None, connections=workers + 2)
     options = OperatorOptions(
         workers=workers,
@@ -79,6 +97,7 @@ def run(
         prometheus_url=prometheus_url,
         pod_url_template=pod_url_template,
         leader_election=election,
+        shard=Shard(shard, shards),
     )
     controller = Controller(Kube(api_client), options)
     kopf.run(

@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,12 +31,13 @@ from specfleet.controller.metrics import LEADER, FleetCollector
 from specfleet.controller.outputs import DEFAULT_POD_URL_TEMPLATE
 from specfleet.controller.queue import WorkQueue
 from specfleet.controller.reconciler import Reconciler
-from specfleet.controller.store import PREFLIGHT_POD, Key, Store
+from specfleet.controller.shards import LEASE_API_VERSION, ShardGate
+from specfleet.controller.store import PREFLIGHT_POD, Key, Store, owner_key
+from specfleet.sharding import Shard
 
 MANAGED = {"app.kubernetes.io/managed-by": FIELD_MANAGER}
 INITIAL_SYNC_SECONDS = 2.0
 """Give the first LIST of every watch a moment to fill the store before the first reconcile."""
-LEASE_API_VERSION = "coordination.k8s.io/v1"
 
 logger = logging.getLogger("specfleet.handlers")
 
@@ -161,7 +162,11 @@ class OperatorOptions:
     prometheus_url: str | None = None
     pod_url_template: str = DEFAULT_POD_URL_TEMPLATE
     leader_election: LeaderElection | None = None
-    """None: this process is the only replica and reconciles from the start."""
+    """None: this process is the only replica and reconciles from the start. Its name is the base: a shard's
+    Lease is `Shard.lease_name(base)`."""
+    shard: Shard = field(default_factory=Shard)
+    """`--shards`/`--shard`: which fleets this process owns (`specfleet.sharding`); needs leader election
+    when there is more than one."""
 
 
 @dataclass
@@ -176,6 +181,25 @@ class Controller:
     def registry(self) -> kopf.OperatorRegistry:
         """A kopf registry with this controller's handlers (explicit, so tests can run several)."""
         registry = kopf.OperatorRegistry()
+        base = self.options.leader_election
+        if base is None and self.options.shard.count > 1:
+            raise ValueError("shards need leader election: each shard elects its acting replica with its own Lease")
+        election = replace(base, name=self.options.shard.lease_name(base.name)) if base is not None else None
+        if base is not None and election is not None:
+            gate = ShardGate(
+                self.kube,
+                self.store,
+                self.queue,
+                self.options.shard,
+                lease_namespace=election.namespace,
+                lease_name=election.name,
+                base_lease=base.name,
+                identity=election.identity,
+                lease_duration=election.lease_duration,
+                retry_period=election.retry_period,
+            )
+        else:  # one process without a Lease: stamps nothing, keeps away from fleets a live shard still holds
+            gate = ShardGate(self.kube, self.store, self.queue, self.options.shard)
         reconciler = Reconciler(
             self.kube,
             self.store,
@@ -184,14 +208,18 @@ class Controller:
             default_prometheus_url=self.options.prometheus_url,
             pod_url_template=self.options.pod_url_template,
             threads=ThreadPoolExecutor(self.options.workers, thread_name_prefix="specfleet-reconcile"),
+            owns=gate.owns,
         )
         workers: list[asyncio.Task[None]] = []
         background: list[asyncio.Task[None]] = []
-        collector = FleetCollector(lambda: list(self.store.sdeps.values()))
-        election = self.options.leader_election
+        if election is None:
+            collector = FleetCollector(lambda: list(self.store.sdeps.values()))
+        else:  # only the fleets it acts on: a fleet waiting for its hand-over is still reported by its owner
+            collector = FleetCollector(lambda: [self.store.sdeps[k] for k in list(gate.owned) if k in self.store.sdeps])
         leadership = Leadership(self.kube, election) if election is not None else None
 
         def start_workers() -> None:
+            gate.begin_term()
             for key in list(self.store.sdeps):
                 self.queue.add(key)  # keys dropped by workers cancelled at a lost lease come back
             workers.extend(asyncio.create_task(reconciler.run_worker()) for _ in range(self.options.workers))
@@ -203,6 +231,7 @@ class Controller:
                 task.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
             workers.clear()
+            gate.end_term()
 
         @kopf.on.login(registry=registry)
         def login(**_: Any) -> kopf.ConnectionInfo:
@@ -215,7 +244,13 @@ class Controller:
                 start_workers()
                 logger.info("specfleet: %d workers started", self.options.workers)
             else:
-                logger.info("specfleet: watching; workers start when this replica holds the lease")
+                logger.info(
+                    "specfleet: shard %d of %d watching; workers start when this replica holds the lease %s/%s",
+                    self.options.shard.index,
+                    self.options.shard.count,
+                    leadership.election.namespace,
+                    leadership.election.name,
+                )
                 await leadership.run(start_workers, stop_workers)
 
         @kopf.on.startup(registry=registry)
@@ -249,11 +284,13 @@ class Controller:
         # async handlers: kopf runs them on the event loop, where the store and the queue live
         @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
         async def speculative_deployment(event: kopf.RawEvent, **_: Any) -> None:
-            key = self.store.put_sdep(event["object"], deleted=event.get("type") == "DELETED")
-            self.queue.add(key)
+            deleted = event.get("type") == "DELETED"
+            self.queue.add(gate.observe(event["object"], deleted=deleted))  # another shard's fleet is not kept
 
         def child_handler(kind: str, label: str = LABEL_NAME) -> Any:
             async def on_child(event: dict[str, Any], **_: Any) -> None:
+                if not gate.keeps_children_of(owner_key(event["object"], label) or ("", "")):
+                    return  # another shard's fleet's
                 owner = self.store.put_child(kind, event["object"], deleted=event.get("type") == "DELETED", label=label)
                 if owner is not None and owner in self.store.sdeps:
                     self.queue.add(owner)

@@ -166,6 +166,15 @@ class Kube:
         operator may not list pods in all namespaces."""
         return self._list("v1", "Pod", field_selector=FINISHED_PODS_EXCLUDED)
 
+    def list_labelled(self, api_version: str, kind: str, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        """The objects of one kind in one namespace that match a label selector, as plain JSON."""
+        API_REQUESTS.labels("list", kind).inc()
+        response = self._resource(api_version, kind).get(
+            namespace=namespace, label_selector=label_selector, serialize=False
+        )
+        items = json.loads(response.data).get("items")
+        return [item for item in items or [] if isinstance(item, dict)]
+
     def _list(self, api_version: str, kind: str, field_selector: str | None = None) -> list[dict[str, Any]]:
         """A cluster-wide list, read as plain JSON (camelCase dicts, as `read` returns): no ResourceInstance
         wrapping of every field of every object, which on a large cluster costs more than the request."""

@@ -38,6 +38,11 @@ TRANSITIONS = Counter(ROLLOUT_EVENTS_TOTAL, "Rollout transitions (Promoted, Roll
 ANALYSES = Counter(ANALYSES_TOTAL, "Canary analyses by verdict", ["verdict"])
 ANALYSIS_SECONDS = Histogram(ANALYSIS_DURATION, "Time to query Prometheus for one analysis")
 LEADER = Gauge(LEADING, "1 while this replica runs the reconcile workers (it holds the lease, or runs alone)")
+OWNED_FLEETS = "specfleet_owned_fleets"
+OWNED = Gauge(
+    OWNED_FLEETS,
+    "SpeculativeDeployments this process reconciles: its shard's, stamped with its Lease (with leader election)",
+)
 
 
 class FleetCollector(Collector):

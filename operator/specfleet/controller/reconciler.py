@@ -14,7 +14,7 @@ import contextlib
 import functools
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -74,6 +74,9 @@ class Reconciler:
     threads: Executor | None = None
     """Where blocking calls (the Kubernetes client, Prometheus) run: one thread per worker, so `--workers`
     objects are reconciled at once. None: asyncio's default pool, which has only cores + 4 threads."""
+    owns: Callable[[Key], Awaitable[bool]] | None = None
+    """The shard gate (`controller.shards.ShardGate.owns`), asked before anything of a pass is read or written:
+    False leaves the object to another process (the gate queues it again if it must look again). None: all."""
     _conflicts: dict[Key, set[str]] = field(default_factory=dict)
     _refused: dict[Key, tuple[int, str]] = field(default_factory=dict)
     """A child the API server refused as invalid (422), per object: (the generation it was rendered from, what the
@@ -134,6 +137,8 @@ class Reconciler:
             self._refused.pop(key, None)
             self._written_over.pop(key, None)
             return None  # children go with their owner references; no finalizer needed
+        if self.owns is not None and not await self.owns(key):
+            return None  # another shard's, or not handed over yet
         if self._written_over.get(key) == body.get("metadata", {}).get("resourceVersion"):
             return CACHE_BEHIND_SECONDS  # the watch has not delivered our last status write yet
         self._written_over.pop(key, None)

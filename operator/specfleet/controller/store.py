@@ -54,6 +54,15 @@ class Store:
             bucket[name] = copy.deepcopy(dict(obj))
         return owner
 
+    def forget(self, key: Key) -> None:
+        """Drop an object and its children (another shard's: `controller.shards`)."""
+        self.sdeps.pop(key, None)
+        for kinds in self._children.values():
+            kinds.pop(key, None)
+
+    def has_child(self, kind: str, owner: Key, name: str) -> bool:
+        return name in self._children[kind].get(owner, {})
+
     def children(self, kind: str, owner: Key) -> dict[str, Raw]:
         """name -> object of one kind belonging to `owner`."""
         return dict(self._children[kind].get(owner, {}))

@@ -214,15 +214,49 @@ def test_one_replica_recreates_and_more_elect_a_leader_through_a_lease(helm: Pat
     assert "--leader-election=ops/sf-specfleet" in container(several)["args"]
     lease_role = only(several, "Role")
     assert lease_role["metadata"]["namespace"] == "ops"
-    assert lease_role["rules"] == [
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
-        {
-            "apiGroups": ["coordination.k8s.io"],
-            "resources": ["leases"],
-            "resourceNames": ["sf-specfleet"],
-            "verbs": ["get", "patch"],
-        },
+    assert lease_role["rules"] == lease_rules(["sf-specfleet"])
+
+
+def lease_rules(names: list[str]) -> list[Manifest]:
+    """create (no name yet), get on any (a fleet's stamp may name a shard of an earlier `shards` value), patch
+    narrowed to the release's own Leases."""
+    leases = {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"]}
+    return [
+        {**leases, "verbs": ["create"]},
+        {**leases, "verbs": ["get"]},
+        {**leases, "resourceNames": names, "verbs": ["patch"]},
     ]
+
+
+def test_one_shard_renders_one_deployment_as_without_sharding(helm: Path) -> None:
+    assert render(helm, "--set", "shards=1") == render(helm)
+    assert not any(a.startswith("--shard") for a in container(render(helm))["args"])
+
+
+@pytest.mark.parametrize("scope", [[], ["--set", "watchNamespaces={a,b}"]])
+def test_three_shards_render_three_deployments_each_with_its_shard_and_lease(helm: Path, scope: list[str]) -> None:
+    manifests = render(helm, "--set", "shards=3", *scope)
+    deployments = by_kind(manifests, "Deployment")
+    assert [d["metadata"]["name"] for d in deployments] == [f"sf-specfleet-shard-{i}" for i in range(3)]
+    selectors = []
+    for index, made in enumerate(deployments):
+        pod = made["spec"]["template"]
+        args = pod["spec"]["containers"][0]["args"]
+        assert "--leader-election=ops/sf-specfleet" in args  # the base: the shard's Lease is derived from it
+        assert [a for a in args if a.startswith("--shard")] == ["--shards=3", f"--shard={index}"]
+        assert made["spec"]["strategy"]["type"] == "RollingUpdate"
+        selector = made["spec"]["selector"]["matchLabels"]
+        assert selector.items() <= pod["metadata"]["labels"].items()
+        assert selector["specfleet.io/operator-shard"] == str(index)
+        selectors.append(selector)
+    assert len({tuple(sorted(s.items())) for s in selectors}) == 3, "two shards' Deployments would share pods"
+    lease_role = next(m for m in by_kind(manifests, "Role") if m["metadata"]["name"] == "sf-specfleet-leader-election")
+    assert lease_role["rules"] == lease_rules([f"sf-specfleet-shard-{i}-of-3" for i in range(3)])
+    # the operator may patch its fleets (the stamp) wherever it watches them
+    fleet_rules = [r for m in manifests if m["kind"] in ("ClusterRole", "Role") for r in m.get("rules", [])]
+    assert any("speculativedeployments" in r["resources"] and "patch" in r["verbs"] for r in fleet_rules)
+    service = next(m for m in manifests if m["kind"] == "Service")
+    assert "specfleet.io/operator-shard" not in service["spec"]["selector"]  # metrics of every shard
 
 
 def test_monitoring_objects_only_where_the_prometheus_operator_api_is_served(helm: Path) -> None:
@@ -265,6 +299,7 @@ def test_prometheus_rule_and_dashboard_are_the_generated_ones(helm: Path) -> Non
     ("values", "message"),
     [
         (["--set", "replicaCount=two"], "at '/replicaCount': got string, want integer"),
+        (["--set", "shards=0"], "at '/shards': minimum: got 0, want 1"),
         (["--set", "operator.workerz=8"], "at '/operator': additional properties 'workerz' not allowed"),
         (["--set", "monitoring.podMonitor.interval=soon"], "at '/monitoring/podMonitor/interval'"),
         (["--set-json", 'watchNamespaces=["Team_A"]'], "at '/watchNamespaces/0'"),

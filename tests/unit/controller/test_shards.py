@@ -1,0 +1,200 @@
+"""The shard gate's I/O (controller/shards.py) with a recording stand-in for the API: another shard's fleets are
+not kept, a stamp is written and removed only over the resourceVersion it was decided from, another shard's
+Lease is read at most once per retry period, and a fleet taken over after its children were dropped gets them
+listed before its first pass."""
+
+import asyncio
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic.exceptions import ConflictError
+
+from specfleet.api.vocabulary import LABEL_NAME
+from specfleet.controller.queue import WorkQueue
+from specfleet.controller.shards import ShardGate
+from specfleet.controller.store import Key, Store
+from specfleet.sharding import OWNER_ANNOTATION, SHARD_LABEL, Shard, Stamp, hash_shard
+
+
+class FakeKube:
+    def __init__(self) -> None:
+        self.patches: list[tuple[Key, dict[str, Any]]] = []
+        self.leases: dict[str, dict[str, Any]] = {}
+        self.reads: list[str] = []
+        self.lists: list[tuple[str, str]] = []
+        self.children: list[dict[str, Any]] = []
+        self.conflict = False
+
+    def merge_patch(self, api_version: str, kind: str, namespace: str, name: str, body: dict[str, Any]) -> None:
+        if self.conflict:
+            raise ConflictError(ApiException(status=409, reason="Conflict"))
+        self.patches.append(((namespace, name), body))
+
+    def read(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        self.reads.append(name)
+        return self.leases.get(name)
+
+    def list_labelled(self, api_version: str, kind: str, namespace: str, selector: str) -> list[dict[str, Any]]:
+        self.lists.append((kind, selector))
+        return [c for c in self.children if c["kind"] == kind and selector.startswith(LABEL_NAME)]
+
+
+def names_in(shard: int, count: int, n: int = 3) -> list[str]:
+    return [f"fleet-{i}" for i in range(100) if hash_shard("default", f"fleet-{i}", count) == shard][:n]
+
+
+def fleet(
+    name: str, stamp: str | None = None, labels: dict[str, str] | None = None, version: str = "7"
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"namespace": "default", "name": name, "resourceVersion": version, "labels": labels or {}}
+    if stamp:
+        meta["annotations"] = {OWNER_ANNOTATION: stamp}
+    return {"metadata": meta, "spec": {}}
+
+
+def child(kind: str, name: str, owner: str) -> dict[str, Any]:
+    return {"kind": kind, "metadata": {"namespace": "default", "name": name, "labels": {LABEL_NAME: owner}}}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def gate(kube: FakeKube, shard: Shard | None = None, clock: Clock | None = None) -> ShardGate:
+    shard = shard or Shard(1, 2)
+    made = ShardGate(
+        kube,  # type: ignore[arg-type]
+        Store(),
+        WorkQueue(),
+        shard,
+        lease_namespace="ops",
+        lease_name=shard.lease_name("specfleet"),
+        base_lease="specfleet",
+        identity="me",
+        clock=clock or Clock(),
+    )
+    made.begin_term()
+    return made
+
+
+def test_another_shards_fleet_and_its_children_are_not_kept() -> None:
+    mine, theirs = names_in(1, 2, 1)[0], names_in(0, 2, 1)[0]
+    shards = gate(FakeKube())
+    shards.store.put_child("Deployment", child("Deployment", f"{theirs}-stable", theirs), deleted=False)
+    shards.observe(fleet(mine), deleted=False)
+    shards.observe(fleet(theirs), deleted=False)
+    assert list(shards.store.sdeps) == [("default", mine)]
+    assert shards.store.children("Deployment", ("default", theirs)) == {}
+    assert not shards.keeps_children_of(("default", theirs)) and shards.keeps_children_of(("default", mine))
+
+
+def test_an_unstamped_fleet_is_stamped_over_its_version_then_acted_on() -> None:
+    kube, clock = FakeKube(), Clock()
+    shards = gate(kube, clock=clock)
+    name = names_in(1, 2, 1)[0]
+    shards.observe(fleet(name), deleted=False)
+    assert not asyncio.run(shards.owns(("default", name)))  # BASE never seen before: may be re-created
+    clock.now += 15
+    assert not asyncio.run(shards.owns(("default", name)))  # absent for a lease duration: claimed
+    (key, body) = kube.patches[-1]
+    assert key == ("default", name) and body["metadata"]["resourceVersion"] == "7"
+    assert Stamp.parse(body["metadata"]["annotations"][OWNER_ANNOTATION]) == shards.me
+    shards.observe(fleet(name, shards.me.render(), version="8"), deleted=False)
+    assert asyncio.run(shards.owns(("default", name)))
+    assert shards.owned == {("default", name)}
+    assert len(kube.patches) == 1
+
+
+def test_a_fleet_of_a_held_lease_waits_and_its_lease_is_read_once_per_retry_period() -> None:
+    kube, clock = FakeKube(), Clock()
+    kube.leases["specfleet-shard-0-of-3"] = {
+        "spec": {"holderIdentity": "them", "renewTime": "t1", "leaseDurationSeconds": 15}
+    }
+    shards = gate(kube, clock=clock)
+    names = names_in(1, 2, 2)
+    for name in names:
+        shards.observe(fleet(name, "ops/specfleet-shard-0-of-3@them#1"), deleted=False)
+        assert not asyncio.run(shards.owns(("default", name)))
+    assert kube.reads == ["specfleet-shard-0-of-3"] and kube.patches == []
+    assert len(shards.queue) == 2  # looked at again after a retry period
+    clock.now += 16  # read again, unchanged since 16 s on this clock: expired
+    assert not asyncio.run(shards.owns(("default", names[0])))
+    assert len(kube.patches) == 1 and kube.reads == ["specfleet-shard-0-of-3"] * 2
+
+
+def test_a_refused_stamp_writes_nothing_else_and_looks_again() -> None:
+    kube = FakeKube()
+    kube.conflict = True
+    shards = gate(kube, Shard(0, 1))
+    shards.observe(fleet("llama"), deleted=False)
+    assert not asyncio.run(shards.owns(("default", "llama")))  # BASE is my own Lease: claimed, but refused
+    assert kube.reads == [] and shards.owned == set() and len(shards.queue) == 1
+
+
+def test_a_new_term_stamps_again_before_acting() -> None:
+    kube = FakeKube()
+    shards = gate(kube, Shard(0, 1))
+    shards.observe(fleet("llama", shards.me.render()), deleted=False)
+    assert asyncio.run(shards.owns(("default", "llama")))
+    shards.end_term()
+    shards.begin_term()
+    assert not asyncio.run(shards.owns(("default", "llama")))
+    assert Stamp.parse(kube.patches[-1][1]["metadata"]["annotations"][OWNER_ANNOTATION]) == shards.me
+    assert shards.me.term == 2
+
+
+def test_a_fleet_pinned_elsewhere_is_released_then_forgotten() -> None:
+    kube = FakeKube()
+    shards = gate(kube)
+    name = names_in(1, 2, 1)[0]
+    shards.observe(fleet(name, shards.me.render(), labels={SHARD_LABEL: "0"}), deleted=False)
+    assert ("default", name) in shards.store.sdeps  # kept: it carries my stamp, to be released
+    assert not asyncio.run(shards.owns(("default", name)))
+    assert kube.patches[-1][1]["metadata"] == {"resourceVersion": "7", "annotations": {OWNER_ANNOTATION: None}}
+    assert ("default", name) not in shards.store.sdeps and not shards.keeps_children_of(("default", name))
+
+
+def test_a_fleet_pinned_here_after_its_children_were_dropped_gets_them_listed() -> None:
+    kube = FakeKube()
+    shards = gate(kube)
+    name = names_in(0, 2, 1)[0]
+    shards.observe(fleet(name), deleted=False)  # another shard's: dropped
+    kube.children = [child("Deployment", f"{name}-stable", name)]
+    shards.observe(fleet(name, shards.me.render(), labels={SHARD_LABEL: "1"}), deleted=False)
+    assert asyncio.run(shards.owns(("default", name)))
+    assert list(shards.store.children("Deployment", ("default", name))) == [f"{name}-stable"]
+    assert ("Deployment", f"{LABEL_NAME}={name},app.kubernetes.io/managed-by=specfleet") in kube.lists
+
+
+def test_a_bad_pin_is_reported_once(caplog: Any) -> None:
+    shards = gate(FakeKube())
+    name = names_in(1, 2, 1)[0]
+    for _ in range(3):
+        shards.observe(fleet(name, labels={SHARD_LABEL: "9"}), deleted=False)
+    assert [r.getMessage() for r in caplog.records].count(
+        f"default/{name}: label {SHARD_LABEL}='9' names no shard of 2 (0..1): assigned by hash to 1"
+    ) == 1
+
+
+def test_without_leader_election_an_unstamped_fleet_costs_no_request_and_a_live_stamp_is_left_alone() -> None:
+    kube, clock = FakeKube(), Clock()
+    shards = ShardGate(kube, Store(), WorkQueue(), Shard(), clock=clock)  # type: ignore[arg-type]
+    shards.observe(fleet("plain"), deleted=False)
+    assert asyncio.run(shards.owns(("default", "plain")))
+    assert kube.reads == [] and kube.patches == [] and kube.lists == []
+    kube.leases["specfleet-shard-0-of-2"] = {
+        "spec": {"holderIdentity": "them", "renewTime": "t", "leaseDurationSeconds": 15}
+    }
+    shards.observe(fleet("held", "ops/specfleet-shard-0-of-2@them#1"), deleted=False)
+    assert not asyncio.run(shards.owns(("default", "held")))
+    assert kube.patches == []
+    kube.leases["specfleet-shard-0-of-2"]["spec"]["holderIdentity"] = None  # released on a clean stop
+    clock.now += 2
+    assert not asyncio.run(shards.owns(("default", "held")))
+    assert kube.patches[-1][1]["metadata"] == {"resourceVersion": "7", "annotations": {OWNER_ANNOTATION: None}}
+    shards.observe(fleet("held", version="8"), deleted=False)
+    assert asyncio.run(shards.owns(("default", "held")))
