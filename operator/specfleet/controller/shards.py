@@ -175,7 +175,8 @@ class ShardGate:
             self._forget(key, foreign=True)
             return False
         if decision is Ownership.WAIT:
-            said = f"{stamp_lease[0]}/{stamp_lease[1]} held by {lease.holder if lease else '?'}"
+            held = f"held by {lease.holder}" if lease and lease.holder else "absent for less than a lease duration"
+            said = f"{stamp_lease[0]}/{stamp_lease[1]} {held}"
             if self._waiting.get(key) != said:
                 logger.info("shard %s: %s/%s waits: its owner's Lease %s", self._name, *key, said)
                 self._waiting[key] = said

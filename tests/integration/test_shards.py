@@ -1,0 +1,147 @@
+"""Two operator shards on the dev cluster (`specfleet run --shards 2 --shard 0|1`, each with leader election): each
+reconciles and stamps only the fleets that hash to it; a SIGKILLed shard's fleets are taken over by a resized
+operator (`--shards 1`) only once its Lease expired, the live shard's never while it holds its Lease, and at once
+when it shuts down cleanly (its Lease released). Assertions are on the stamps, the Leases, status
+observedGeneration and the operators' logs."""
+
+import re
+import urllib.request
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import kubernetes
+import pytest
+
+from specfleet.devcluster.cluster import ClusterInfo
+from specfleet.sharding import OWNER_ANNOTATION, Stamp, hash_shard
+
+from fleetkit import Fleet, Operator, free_port, sdep, wait_for
+
+pytestmark = pytest.mark.integration
+
+BASE = "specfleet-shards"
+LEASE_SECONDS = 15.0
+"""`LeaderElection.lease_duration`: how long a Lease stays unrenewed before another process may take it."""
+SHARD_TIMEOUT = 120.0
+LOG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]")
+
+
+def fleet_names(namespace: str, per_shard: int = 3) -> dict[int, list[str]]:
+    """Three fleet names for each of two shards, by the hash every process agrees on."""
+    names: dict[int, list[str]] = {0: [], 1: []}
+    for i in range(100):
+        shard = hash_shard(namespace, f"fleet-{i}", 2)
+        if len(names[shard]) < per_shard:
+            names[shard].append(f"fleet-{i}")
+    return names
+
+
+def shard_operator(cluster: ClusterInfo, namespace: str, log: Path, shards: int, shard: int, *more: str) -> Operator:
+    election = ("--shards", str(shards), "--shard", str(shard), "--leader-election", f"{namespace}/{BASE}")
+    return Operator(cluster, namespace, log, extra=(*election, *more))
+
+
+@pytest.fixture
+def operators(
+    dev_cluster: ClusterInfo, crd_installed: None, namespace: str, tmp_path: Path
+) -> Iterator[list[Operator]]:
+    """Every operator the test starts, stopped afterwards whatever happened."""
+    started: list[Operator] = []
+    yield started
+    for running in started:
+        running.stop()
+
+
+def stamp_of(fleet: Fleet, name: str) -> Stamp | None:
+    return Stamp.parse((fleet.get(name)["metadata"].get("annotations") or {}).get(OWNER_ANNOTATION))
+
+
+def lease(fleet: Fleet, name: str) -> Any:
+    """The Lease's spec (holder_identity, renew_time as an aware datetime, ...)."""
+    return (
+        kubernetes.client.CoordinationV1Api(fleet.custom.api_client).read_namespaced_lease(name, fleet.namespace).spec
+    )
+
+
+def claimed_at(operator: Operator, namespace: str, name: str) -> datetime | None:
+    """When the operator's log says it stamped the fleet (its local time, as the operator wrote it)."""
+    for line in operator.log.read_text().splitlines():
+        if f"claimed {namespace}/{name} " in line and (match := LOG_TIME.match(line)):
+            return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").astimezone()
+    return None
+
+
+def converged(fleet: Fleet, name: str) -> bool:
+    body = fleet.get(name)
+    status = body.get("status") or {}
+    return status.get("phase") == "Healthy" and status.get("observedGeneration") == body["metadata"]["generation"]
+
+
+def owned_fleets(port: int) -> float:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    return float(next(line.split()[-1] for line in text.splitlines() if line.startswith("specfleet_owned_fleets ")))
+
+
+def test_two_shards_split_the_fleets_and_hand_them_over_safely(
+    dev_cluster: ClusterInfo, namespace: str, fleet: Fleet, operators: list[Operator], tmp_path: Path
+) -> None:
+    names = fleet_names(namespace)
+    metrics = free_port()
+    shard0 = shard_operator(dev_cluster, namespace, tmp_path / "shard0.log", 2, 0, "--metrics-port", str(metrics))
+    shard1 = shard_operator(dev_cluster, namespace, tmp_path / "shard1.log", 2, 1)
+    operators += [shard0, shard1]
+    for running in operators:
+        running.start()
+    for name in names[0] + names[1]:
+        fleet.apply(sdep(name, replicas=1, engine={"tensorParallelSize": 1}))
+
+    # each fleet is reconciled, and stamped by the shard it hashes to; neither shard claims the other's
+    for shard, running in ((0, shard0), (1, shard1)):
+        for name in names[shard]:
+            wait_for(f"{name} Healthy", lambda name=name: converged(fleet, name), SHARD_TIMEOUT)
+            stamp = stamp_of(fleet, name)
+            assert stamp is not None and stamp.lease == f"{BASE}-shard-{shard}-of-2", stamp
+            assert claimed_at(running, namespace, name) is not None
+            other = shard1 if running is shard0 else shard0
+            assert f"{namespace}/{name} " not in other.log.read_text()  # never kept, so never even looked at
+    assert wait_for("shard 0's owned-fleets gauge", lambda: owned_fleets(metrics) == 3.0)
+    stamps = {name: stamp_of(fleet, name) for name in names[0] + names[1]}
+
+    # SIGKILL shard 1, and resize to one shard: the new process takes shard 1's fleets only once its Lease expired
+    shard1.kill()
+    last_renewal = lease(fleet, f"{BASE}-shard-1-of-2").renew_time
+    resized = shard_operator(dev_cluster, namespace, tmp_path / "resized.log", 1, 0)
+    operators.append(resized)
+    resized.start()
+    for name in names[1]:
+        wait_for(f"{name} taken over", lambda name=name: (stamp_of(fleet, name) or stamps[name]).lease == BASE, 90)
+        taken = claimed_at(resized, namespace, name)
+        assert taken is not None
+        assert (taken - last_renewal).total_seconds() >= LEASE_SECONDS, (taken, last_renewal)
+    # ... and never shard 0's, whose Lease it saw held all along (it looked: the log says it waits)
+    assert {name: stamp_of(fleet, name) for name in names[0]} == {name: stamps[name] for name in names[0]}
+    assert all(f"{namespace}/{name} waits" in resized.log.read_text() for name in names[0])
+    assert all(claimed_at(resized, namespace, name) is None for name in names[0])
+
+    # a spec change reaches each fleet through its owner of the moment
+    changed = [names[0][0], names[1][0]]
+    for name in changed:
+        fleet.patch_spec(name, {"rollout": {"steps": [{"weight": 50, "pause": {"duration": "3s"}}]}})
+    for name in changed:
+        wait_for(f"{name} to observe its new generation", lambda name=name: converged(fleet, name), SHARD_TIMEOUT)
+    assert stamp_of(fleet, names[0][0]) == stamps[names[0][0]]
+
+    # shard 0 stops cleanly: it releases its Lease, and the resized process takes its fleets at once
+    stopped_at = datetime.now().astimezone()
+    shard0.stop()
+    assert not lease(fleet, f"{BASE}-shard-0-of-2").holder_identity, "a clean stop releases the Lease"
+    for name in names[0]:
+        wait_for(f"{name} taken over", lambda name=name: (stamp_of(fleet, name) or stamps[name]).lease == BASE, 60)
+        taken = claimed_at(resized, namespace, name)
+        assert taken is not None and (taken - stopped_at).total_seconds() < LEASE_SECONDS, (taken, stopped_at)
+    fleet.patch_spec(names[0][1], {"rollout": {"steps": [{"weight": 50, "pause": {"duration": "4s"}}]}})
+    wait_for(f"{names[0][1]} to observe its new generation", lambda: converged(fleet, names[0][1]), SHARD_TIMEOUT)
+    stamp = stamp_of(fleet, names[0][1])
+    assert stamp is not None and stamp.lease == BASE
