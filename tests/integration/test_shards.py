@@ -145,3 +145,8 @@ def test_two_shards_split_the_fleets_and_hand_them_over_safely(
     wait_for(f"{names[0][1]} to observe its new generation", lambda: converged(fleet, names[0][1]), SHARD_TIMEOUT)
     stamp = stamp_of(fleet, names[0][1])
     assert stamp is not None and stamp.lease == BASE
+    # a stamp is metadata: the fleets whose spec never changed are still at generation 1, stamped twice, no canary
+    for name in (names[0][2], names[1][1], names[1][2]):
+        body = fleet.get(name)
+        assert body["metadata"]["generation"] == 1 and not body["status"].get("canaryRevision"), body["status"]
+        assert [entry["outcome"] for entry in body["status"].get("history") or []] == ["Created"]

@@ -6,10 +6,12 @@ listed before its first pass."""
 import asyncio
 from typing import Any
 
+import pytest
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic.exceptions import ConflictError
 
 from specfleet.api.vocabulary import LABEL_NAME
+from specfleet.controller.handlers import Controller, OperatorOptions
 from specfleet.controller.queue import WorkQueue
 from specfleet.controller.shards import ShardGate
 from specfleet.controller.store import Key, Store
@@ -198,3 +200,9 @@ def test_without_leader_election_an_unstamped_fleet_costs_no_request_and_a_live_
     assert kube.patches[-1][1]["metadata"] == {"resourceVersion": "7", "annotations": {OWNER_ANNOTATION: None}}
     shards.observe(fleet("held", version="8"), deleted=False)
     assert asyncio.run(shards.owns(("default", "held")))
+
+
+def test_a_controller_of_several_shards_without_leader_election_is_refused() -> None:
+    controller = Controller(FakeKube(), OperatorOptions(shard=Shard(1, 2)))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="leader election"):
+        controller.registry()
