@@ -150,3 +150,49 @@ def test_two_shards_split_the_fleets_and_hand_them_over_safely(
         body = fleet.get(name)
         assert body["metadata"]["generation"] == 1 and not body["status"].get("canaryRevision"), body["status"]
         assert [entry["outcome"] for entry in body["status"].get("history") or []] == ["Created"]
+
+
+def test_back_to_one_process_without_leader_election_keeps_off_live_shards(
+    dev_cluster: ClusterInfo, namespace: str, fleet: Fleet, operators: list[Operator], tmp_path: Path
+) -> None:
+    """The chart's default after `shards` went back to 1: one replica, no Lease of its own. It leaves every fleet to
+    its shard while that shard's Lease is live, and unstamps and takes it once the shard stopped (released: at once;
+    SIGKILLed: once the Lease expired)."""
+    names = fleet_names(namespace, per_shard=2)
+    shard0 = shard_operator(dev_cluster, namespace, tmp_path / "shard0.log", 2, 0)
+    shard1 = shard_operator(dev_cluster, namespace, tmp_path / "shard1.log", 2, 1)
+    operators += [shard0, shard1]
+    for running in operators:
+        running.start()
+    for name in names[0] + names[1]:
+        fleet.apply(sdep(name, replicas=1, engine={"tensorParallelSize": 1}))
+    for name in names[0] + names[1]:
+        wait_for(f"{name} Healthy and stamped", lambda name=name: converged(fleet, name) and stamp_of(fleet, name), 120)
+    stamps = {name: stamp_of(fleet, name) for name in names[0] + names[1]}
+
+    single = Operator(dev_cluster, namespace, tmp_path / "single.log")  # no --shards, no --leader-election
+    operators.append(single)
+    single.start()
+    wait_for("the single process to look at every fleet", lambda: all(
+        f"{namespace}/{name} waits" in single.log.read_text() for name in names[0] + names[1]
+    ))  # fmt: skip
+    assert {name: stamp_of(fleet, name) for name in stamps} == stamps
+
+    stopped_at = datetime.now().astimezone()
+    shard0.stop()  # releases its Lease: its fleets are unstamped and taken at once
+    for name in names[0]:
+        wait_for(f"{name} unstamped", lambda name=name: stamp_of(fleet, name) is None, 60)
+        taken = claimed_at(single, namespace, name)
+        assert taken is not None and (taken - stopped_at).total_seconds() < LEASE_SECONDS
+    fleet.patch_spec(names[0][0], {"rollout": {"steps": [{"weight": 50, "pause": {"duration": "3s"}}]}})
+    wait_for(f"{names[0][0]} to observe its new generation", lambda: converged(fleet, names[0][0]), SHARD_TIMEOUT)
+    assert {name: stamp_of(fleet, name) for name in names[1]} == {name: stamps[name] for name in names[1]}
+
+    shard1.kill()
+    last_renewal = lease(fleet, f"{BASE}-shard-1-of-2").renew_time
+    for name in names[1]:
+        wait_for(f"{name} unstamped", lambda name=name: stamp_of(fleet, name) is None, 90)
+        taken = claimed_at(single, namespace, name)
+        assert taken is not None and (taken - last_renewal).total_seconds() >= LEASE_SECONDS, (taken, last_renewal)
+    fleet.patch_spec(names[1][0], {"rollout": {"steps": [{"weight": 50, "pause": {"duration": "3s"}}]}})
+    wait_for(f"{names[1][0]} to observe its new generation", lambda: converged(fleet, names[1][0]), SHARD_TIMEOUT)

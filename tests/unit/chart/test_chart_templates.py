@@ -142,15 +142,20 @@ def test_cluster_wide_rbac_is_exactly_what_the_operator_uses(helm: Path) -> None
     assert role["rules"] == [*NAMESPACED_RULES, CRD_DISCOVERY, NODES_READ]  # pods: listed cluster-wide already
     binding = only(manifests, "ClusterRoleBinding")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "sf-specfleet", "namespace": "ops"}]
-    assert not by_kind(manifests, "Role") and not by_kind(manifests, "RoleBinding")
+    # namespaced: only the Lease reader in the release namespace (see test_one_replica_recreates_...)
+    assert [r["metadata"]["name"] for r in by_kind(manifests, "Role")] == ["sf-specfleet-lease-reader"]
+    assert [b["metadata"]["name"] for b in by_kind(manifests, "RoleBinding")] == ["sf-specfleet-lease-reader"]
 
 
 def test_watch_namespaces_get_a_role_each_and_nothing_namespaced_cluster_wide(helm: Path) -> None:
     manifests = render(helm, "--set", "watchNamespaces={team-a,team-b}")
-    roles = by_kind(manifests, "Role")
+    roles = [r for r in by_kind(manifests, "Role") if r["metadata"]["name"] != "sf-specfleet-lease-reader"]
     assert {r["metadata"]["namespace"] for r in roles} == {"team-a", "team-b"}
     assert all(r["rules"] == NAMESPACED_RULES for r in roles)
-    assert {b["metadata"]["namespace"] for b in by_kind(manifests, "RoleBinding")} == {"team-a", "team-b"}
+    bindings_here = [
+        b for b in by_kind(manifests, "RoleBinding") if b["metadata"]["name"] != "sf-specfleet-lease-reader"
+    ]
+    assert {b["metadata"]["namespace"] for b in bindings_here} == {"team-a", "team-b"}
     cluster_roles = {r["metadata"]["name"]: r["rules"] for r in by_kind(manifests, "ClusterRole")}
     assert cluster_roles == {
         "sf-specfleet-discovery": [
@@ -206,7 +211,11 @@ def test_one_replica_recreates_and_more_elect_a_leader_through_a_lease(helm: Pat
     single = render(helm)
     assert only(single, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
     assert not any(a.startswith("--leader-election") for a in container(single)["args"])
-    assert not by_kind(single, "Role")
+    # no Lease of its own, but it reads the ones fleets' stamps name (shards back to 1: docs/sharding.md)
+    reader = only(single, "Role")
+    assert reader["metadata"]["name"] == "sf-specfleet-lease-reader"
+    assert reader["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get"]}]
+    assert only(single, "RoleBinding")["roleRef"]["name"] == "sf-specfleet-lease-reader"
 
     several = render(helm, "--set", "replicaCount=3")
     assert only(several, "Deployment")["spec"]["replicas"] == 3
