@@ -43,12 +43,16 @@ def test_the_hash_is_the_same_in_every_process_and_version(
     assert [hash_shard(*key, count) for count in COUNTS] == shards
 
 
-@given(namespace=names, name=names)
-def test_every_fleet_is_assigned_to_exactly_one_shard_for_every_count(namespace: str, name: str) -> None:
+@given(namespace=names, name=names, pin=st.one_of(st.none(), st.integers(-2, 20).map(str), st.text(max_size=3)))
+def test_every_fleet_is_assigned_to_exactly_one_shard_for_every_count(
+    namespace: str, name: str, pin: str | None
+) -> None:
+    labels = {} if pin is None else {SHARD_LABEL: pin}
     for count in range(1, 17):
-        owners = [i for i in range(count) if assign(namespace, name, {}, count).shard == i]
+        owners = [i for i in range(count) if assign(namespace, name, labels, count).shard == i]
         assert len(owners) == 1
-        assert owners[0] == hash_shard(namespace, name, count)
+        pinned = pin is not None and pin.isdecimal() and int(pin) < count
+        assert owners[0] == (int(pin) if pinned and pin is not None else hash_shard(namespace, name, count))
 
 
 @given(namespace=names, name=names, count=st.integers(1, 16), data=st.data())
