@@ -228,6 +228,32 @@ def test_rendered_chart_passes_a_server_side_dry_run(cluster: Cluster, namespace
     assert {"PodMonitor", "ServiceMonitor", "PrometheusRule", "ConfigMap", "Role", "RoleBinding"} <= kinds
 
 
+def test_a_change_of_shards_leaves_the_running_shards_leases_patchable(cluster: Cluster, namespace: str) -> None:
+    """During `helm upgrade --set shards=3` the old shards (2, say) still run: they must renew, then release, their
+    Leases, so the Role keeps the release's Leases that exist (the chart's `lookup`), and only those."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    for name in (
+        "sf-leases-specfleet-shard-0-of-2",
+        "sf-leases-specfleet-shard-1-of-2",
+        "sf-leases-specfleet",
+        "other",
+    ):
+        lease = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"holderIdentity": "old-shard", "leaseDurationSeconds": 15, "renewTime": now},
+        }
+        cluster.kubectl("apply", "-f", "-", stdin=yaml.safe_dump(lease))
+    args = ("template", "sf-leases", str(CHART), "-n", namespace, "--set", "shards=3")
+    for dry_run, old in (([], []), (["--dry-run=server"], ["sf-leases-specfleet", "sf-leases-specfleet-shard-0-of-2",
+                                                             "sf-leases-specfleet-shard-1-of-2"])):  # fmt: skip
+        rendered = yaml.safe_load_all(cluster.helm(*args, *dry_run).stdout)
+        role = next(d for d in rendered if d and d["metadata"]["name"] == "sf-leases-specfleet-leader-election")
+        patch = next(rule for rule in role["rules"] if rule["verbs"] == ["patch"])
+        assert sorted(patch["resourceNames"]) == sorted([f"sf-leases-specfleet-shard-{i}-of-3" for i in range(3)] + old)
+
+
 def test_install_upgrade_uninstall(cluster: Cluster, namespace: str, release: str) -> None:
     cluster.helm("install", release, str(CHART), "-n", namespace, "--wait", "--timeout", "120s")
     assert cluster.exists("-n", namespace, f"deployment/{release}-specfleet")

@@ -51,15 +51,28 @@ app.kubernetes.io/part-of: specfleet
 {{- if or (gt (int .Values.replicaCount) 1) (gt (int .Values.shards) 1) -}}true{{- end -}}
 {{- end -}}
 
-{{/* The Leases the operator's replicas hold: one, or one per shard (`specfleet.sharding.Shard.lease_name`). */}}
+{{/* The Leases the operator's replicas hold: one, or one per shard (`specfleet.sharding.Shard.lease_name`),
+and, on an install or upgrade (`lookup` sees the cluster; `helm template` does not), the release's shard Leases
+that already exist: during a change of `shards` the old shards still run and must renew, then release, theirs. */}}
 {{- define "specfleet.leaseNames" -}}
+{{- $fullname := include "specfleet.fullname" . -}}
 {{- $shards := int .Values.shards -}}
+{{- $names := list -}}
 {{- if gt $shards 1 -}}
-{{- range $i := until $shards }}
-- {{ include "specfleet.fullname" $ }}-shard-{{ $i }}-of-{{ $shards }}
-{{- end }}
-{{- else }}
-- {{ include "specfleet.fullname" . }}
+{{- range $i := until $shards -}}
+{{- $names = append $names (printf "%s-shard-%d-of-%d" $fullname $i $shards) -}}
+{{- end -}}
+{{- else -}}
+{{- $names = append $names $fullname -}}
+{{- end -}}
+{{- $existing := lookup "coordination.k8s.io/v1" "Lease" .Release.Namespace "" -}}
+{{- range ($existing.items | default list) -}}
+{{- if or (hasPrefix (printf "%s-shard-" $fullname) .metadata.name) (eq .metadata.name $fullname) -}}
+{{- $names = append $names .metadata.name -}}
+{{- end -}}
+{{- end -}}
+{{- range ($names | uniq) }}
+- {{ . }}
 {{- end -}}
 {{- end -}}
 
