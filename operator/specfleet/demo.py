@@ -29,6 +29,7 @@ from specfleet.console import make_console
 from specfleet.devcluster.cluster import ClusterInfo, down, status, up
 from specfleet.devcluster.paths import default_state_dir
 from specfleet.devcluster.process import signals_as_interrupts, signals_deferred, signals_ignored
+from specfleet.fleetpods.loopback import free_port
 
 NAME = "llama-70b"
 NAMESPACE = "specfleet-demo"
@@ -161,11 +162,13 @@ class Demo:
         scenario = self.workdir / "scenario.yaml"
         scenario.write_text(yaml.safe_dump(SCENARIO))
         cli = [sys.executable, "-m", "specfleet.cli"]
+        sim = f"127.0.0.1:{free_port()}"  # the operator reaches pods there (output equivalence's requests)
         self._spawn("sim", [*cli, "sim", "--scenario", str(scenario), "--kubeconfig", str(cluster.kubeconfig),
                             "--file-sd-dir", str(cluster.file_sd_dir), "--namespace", NAMESPACE,
-                            "--listen", "127.0.0.1:0"])  # fmt: skip
+                            "--listen", sim])  # fmt: skip
         self._spawn("operator", [*cli, "run", "--namespace", NAMESPACE, "--liveness", "", "--kubeconfig",
-                                 str(cluster.kubeconfig), "--prometheus-url", cluster.prometheus_url])  # fmt: skip
+                                 str(cluster.kubeconfig), "--prometheus-url", cluster.prometheus_url,
+                                 "--pod-url-template", f"http://{sim}/pods/{{namespace}}/{{name}}"])  # fmt: skip
         self.console.print(
             f"cluster, CRD, Prometheus ({cluster.prometheus_url}), simulator and operator are up "
             f"(logs in {self.workdir})"

@@ -78,16 +78,18 @@ def test_a_drafter_that_breaks_tool_calls_is_rolled_back_naming_the_guardrail(
     provider = Prometheus(fleet.cluster.prometheus_url)
     misspelt = {"name": "typo", "rate": {**PARSED["rate"], "events": "tool_call_parsed_total"}}
     hostile = {**PARSED, "name": "hostile", "matchLabels": {"engine": '0"} or vector(1) or x{a="'}}
-    guards = Guardrails.model_validate({"custom": [misspelt, hostile]})
+    e2e = {"name": "e2e", "latency": {"histogram": "vllm:e2e_request_latency_seconds", "maxRegression": 0.2}}
+    guards = Guardrails.model_validate({"custom": [misspelt, hostile, e2e]})
     selector = promql.TrackSelector(fleet.namespace, "llama", "stable", stable)
     read = evidence(provider, selector, 60.0, time.time(), guards.custom)
     assert read.custom["typo"].events is None and (read.custom["typo"].total or 0) > 100
     assert read.custom["hostile"].total is None  # no pod has that engine label: nothing, not everything
+    histogram = read.custom["e2e"].histogram  # a latency guardrail reads a histogram's buckets as p95 does
+    assert histogram is not None and histogram.total > 100, histogram
     result = judge(guards, read, read, speculative=True, confidence=0.99)  # stable as both tracks: no Fail
-    assert {c.guardrail: c.verdict for c in result.checks if c.guardrail.startswith("custom:")} == {
-        "custom:typo": Verdict.INCONCLUSIVE,
-        "custom:hostile": Verdict.INCONCLUSIVE,
-    }
+    verdicts = {c.guardrail: c.verdict for c in result.checks if c.guardrail.startswith("custom:")}
+    assert verdicts.pop("custom:e2e") in (Verdict.PASS, Verdict.INCONCLUSIVE)  # a track against itself
+    assert verdicts == {"custom:typo": Verdict.INCONCLUSIVE, "custom:hostile": Verdict.INCONCLUSIVE}
     assert any(r.startswith("custom:typo: no data for tool_call_parsed_total") for r in result.reasons), result
 
 

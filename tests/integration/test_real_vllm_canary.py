@@ -7,6 +7,12 @@ is promoted. Windows are short and the latency limit loose (+200%): two servers 
 whole cluster, and a drafter as large as its target buys no per-token speed on a CPU (each step runs it k
 times): on a busy box the good canary measured +62% per-token p95 against plain stable. What is under test
 here is the loop and acceptance, not CPU timing.
+
+Output equivalence is on: each analysis the operator sends the 32 built-in prompts to one pod of each track
+through the vllm-cpu front (`--pod-url-template`). Both drafters must answer every prompt as plain decoding
+does (a drafter whose tokens are never accepted too: the target verifies them all). `minIdentical` 0.9, not
+the default 0.98: a Pass at 0.98 takes ~1,000 pairs, minutes of CPU here; what this test asserts is that
+every pair was identical.
 """
 
 import subprocess
@@ -17,11 +23,12 @@ from typing import Any
 
 import pytest
 
+from specfleet.controller.outputs import BUILTIN_PROMPTS
 from specfleet.devcluster.cluster import ClusterInfo
 from specfleet.metrics.prometheus import Prometheus, ProviderError
 from specfleet.realvllm.install import DEFAULT_VERSION, VllmHome
 
-from fleetkit import Fleet, Operator, sdep, wait_for
+from fleetkit import Fleet, Operator, free_port, sdep, wait_for
 
 pytestmark = [
     pytest.mark.vllm,
@@ -42,25 +49,29 @@ ROLLOUT: dict[str, Any] = {
         "maxTokenLatencyP95Regression": 2.0,
         "maxTokenLatencyMeanRegression": 2.0,
         "maxErrorRateIncrease": 0.05,
+        "outputEquivalence": {"enabled": True, "minIdentical": 0.9, "pairsPerAnalysis": 32},
     },
     "progressDeadline": "15m",
 }
 """The tiny models on CPU: latency is not what this test checks (a draft model costs a CPU what it saves a
 GPU), and at 4 requests/s showing errors within the default 1 point of stable's takes ~1,700 requests (7 min);
-5 points takes ~350."""
+5 points takes ~350. Output equivalence at 0.9 passes after ~210 identical pairs (seven analyses of 32)."""
 PLAIN = {"method": "none"}
 GOOD = {"method": "draft_model", "model": "specfleet-tiny/good-drafter", "revision": "main", "numSpeculativeTokens": 3}
 BAD = {**GOOD, "model": "specfleet-tiny/bad-drafter"}
 
 
 class RealVllm:
-    """`specfleet sim --engine vllm-cpu` as a child process for one namespace."""
+    """`specfleet sim --engine vllm-cpu` as a child process for one namespace; its front reaches each pod at
+    `url`/pods/NS/POD."""
 
     def __init__(self, cluster: ClusterInfo, namespace: str, workdir: Path) -> None:
+        self.url = f"http://127.0.0.1:{free_port()}"
         command = [
             sys.executable, "-m", "specfleet.cli", "sim", "--engine", "vllm-cpu",
             "--kubeconfig", str(cluster.kubeconfig), "--file-sd-dir", str(cluster.file_sd_dir),
             "--namespace", namespace, "--max-servers", "2", "--rate", "4", "--max-tokens", "32",
+            "--listen", self.url.removeprefix("http://"),
         ]  # fmt: skip
         self.log_path = workdir / "vllm-cpu.log"
         self.log = self.log_path.open("wb")
@@ -75,6 +86,23 @@ class RealVllm:
 @pytest.fixture
 def real_vllm(vllm_home: VllmHome, dev_cluster: ClusterInfo, namespace: str, tmp_path: Path) -> Iterator[RealVllm]:
     running = RealVllm(dev_cluster, namespace, tmp_path)
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def equivalence_operator(
+    dev_cluster: ClusterInfo, crd_installed: None, real_vllm: RealVllm, namespace: str, tmp_path: Path
+) -> Iterator[Operator]:
+    """The operator judging from the dev cluster's Prometheus and asking real vLLM's pods through the front."""
+    running = Operator(
+        dev_cluster,
+        namespace,
+        tmp_path / "operator.log",
+        prometheus_url=dev_cluster.prometheus_url,
+        extra=("--pod-url-template", f"{real_vllm.url}/pods/{{namespace}}/{{name}}"),
+    )
+    running.start()
     yield running
     running.stop()
 
@@ -95,9 +123,14 @@ def change_to(fleet: Fleet, speculative: dict[str, Any]) -> str:
     return wait_for("a canary", lambda: (c := fleet.status("tiny").get("canaryRevision")) != old and c)
 
 
+def identical_on_every_prompt(analysis: dict[str, Any]) -> bool:
+    pairs = analysis.get("outputPairs") or {}
+    return pairs.get("pairs", 0) >= len(BUILTIN_PROMPTS) and pairs["identical"] == pairs["pairs"]
+
+
 @pytest.mark.timeout(3000)
 def test_real_vllm_canaries_a_bad_drafter_back_and_promotes_a_good_one(
-    guarded_operator: Operator, real_vllm: RealVllm, fleet: Fleet, dev_cluster: ClusterInfo
+    equivalence_operator: Operator, real_vllm: RealVllm, fleet: Fleet, dev_cluster: ClusterInfo
 ) -> None:
     fleet.apply(tiny(PLAIN))
     wait_for("Healthy", fleet.phase_is("tiny", "Healthy"), timeout=90)
@@ -117,6 +150,11 @@ def test_real_vllm_canaries_a_bad_drafter_back_and_promotes_a_good_one(
     outcome = fleet.status("tiny")["history"][-1]
     assert outcome["outcome"] == "RolledBack" and "acceptance alpha" in outcome["reason"], outcome
     assert outcome["acceptanceAlpha"] < 0.1, outcome  # an unrelated random drafter: almost nothing accepted
+    lossless = fleet.status("tiny")["lastAnalysis"]
+    print(f"\nbad drafter vs plain on real vLLM: {lossless.get('outputPairs')}")
+    assert (
+        lossless.get("outputPairs") is None or lossless["outputPairs"]["identical"] == lossless["outputPairs"]["pairs"]
+    )
 
     canary = change_to(fleet, GOOD)
     status = wait_for(
@@ -129,3 +167,6 @@ def test_real_vllm_canaries_a_bad_drafter_back_and_promotes_a_good_one(
     assert len(analysis["canary"]["acceptancePerPosition"]) == 3
     assert analysis["canary"]["requests"] >= ROLLOUT["guardrails"]["minRequests"], analysis
     assert analysis["stable"]["requests"] >= ROLLOUT["guardrails"]["minRequests"], analysis
+    print(f"\ngood drafter vs plain on real vLLM: {analysis['outputPairs']}")
+    assert identical_on_every_prompt(analysis), analysis["outputPairs"]
+    assert {c["guardrail"]: c["verdict"] for c in analysis["checks"]}["outputEquivalence"] == "Pass", analysis

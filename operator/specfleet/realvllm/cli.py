@@ -11,6 +11,7 @@ from specfleet.api.vocabulary import LABEL_PREFLIGHT
 from specfleet.fleetpods.kubelet import PreflightKubelet
 from specfleet.fleetpods.termination import Termination
 from specfleet.fleetpods.watch import KubePodSource
+from specfleet.realvllm.front import PodFront
 from specfleet.realvllm.install import InstallError, ensure
 from specfleet.realvllm.models import ensure_models
 from specfleet.realvllm.runner import LoadPlan, RealEngine
@@ -23,6 +24,7 @@ def serve_real_vllm(
     namespaces: Sequence[str],
     max_servers: int,
     load: LoadPlan,
+    listen: tuple[str, int],
 ) -> None:
     try:
         home = ensure(version, log=lambda line: typer.echo(line, err=True))
@@ -43,12 +45,20 @@ def serve_real_vllm(
     kubelet = PreflightKubelet(api_client)
     preflight_pods = KubePodSource(api_client, namespaces, kubelet, label_selector=LABEL_PREFLIGHT)
     termination = Termination()
+    try:
+        front = PodFront(listen, engine.address_of)
+    except OSError as error:
+        typer.echo(f"error: cannot listen on {listen[0]}:{listen[1]}: {error.strerror}", err=True)
+        raise typer.Exit(1) from error
     engine.start()
     preflight_pods.start()
+    front.start()
     typer.echo(f"specfleet sim: real vLLM {version} (CPU), at most {max_servers} servers; logs in {engine.workdir}")
+    typer.echo(f"specfleet sim: serving {front.url} (each pod at {front.url}/pods/NS/POD)")
     try:
         termination.wait()
     finally:
+        front.stop()
         typer.echo(json.dumps(engine.describe(), indent=1), err=True)
         preflight_pods.stop()
         kubelet.stop()

@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -25,11 +24,13 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
 import kubernetes
 
+from specfleet.fleetpods.loopback import free_port
 from specfleet.fleetpods.pods import PodArgsError, PodInfo, parse_pod, pod_argv
 from specfleet.fleetpods.targets import target_group, write_atomic
 from specfleet.fleetpods.watch import KubePodSource
@@ -85,12 +86,6 @@ class Server:
     sent: int = 0
     failed_requests: int = 0
     stop: threading.Event = field(default_factory=threading.Event)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _signal_group(pid: int, signum: int) -> None:
@@ -218,6 +213,16 @@ class RealEngine:
                 }
                 for key, server in self._servers.items()
             ]
+
+    def address_of(self, namespace: str, name: str) -> tuple[HTTPStatus, str]:
+        """The pod's server (`realvllm.front`): (OK, its base URL), or why it cannot be called."""
+        with self._lock:
+            server = self._servers.get(f"{namespace}/{name}")
+            if server is None:
+                return HTTPStatus.NOT_FOUND, "no such running pod"
+            if server.state is not State.SERVING:
+                return HTTPStatus.SERVICE_UNAVAILABLE, f"its server is {server.state.value} {server.reason}".strip()
+            return HTTPStatus.OK, f"http://127.0.0.1:{server.port}"
 
     def _log_path(self, server: Server) -> Path:
         return self.workdir / f"{server.info.namespace}_{server.info.name}.log"

@@ -14,8 +14,7 @@ import json
 import logging
 from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from ipaddress import IPv4Address
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Protocol
 
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
@@ -28,28 +27,6 @@ from specfleet.sim.streams import CompletionStream
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 18000
-
-
-class ListenError(ValueError):
-    """The listen address is not a loopback address."""
-
-
-def parse_listen(text: str) -> tuple[str, int]:
-    """`127.0.0.1:18000` -> (host, port); only IPv4 loopback is accepted (`localhost` means 127.0.0.1).
-
-    Port 0 lets the OS choose; `Simulator.url` tells which it chose.
-    """
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise ListenError(f"{text!r} is not HOST:PORT")
-    host = "127.0.0.1" if host == "localhost" else host
-    try:
-        loopback = IPv4Address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
-        raise ListenError(f"{host!r} is not an IPv4 loopback address; the simulator only listens on loopback")
-    return host, int(port)
 
 
 def metrics_path(namespace: str, pod: str) -> str:
@@ -98,13 +75,6 @@ class SimulatorApi(Protocol):
     def models(self, route: OpenAIRoute) -> dict[str, Any]: ...
 
     def open_completion(self, route: OpenAIRoute, request: CompletionRequest) -> CompletionStream: ...
-
-
-class LoopbackServer(ThreadingHTTPServer):
-    daemon_threads = True
-    request_queue_size = 128
-    """Listen backlog: a load test opens a connection per completion, tens at once (the default 5 drops SYNs,
-    and the client's TCP retransmits them a second later)."""
 
 
 def handler_for(sim: SimulatorApi) -> type[BaseHTTPRequestHandler]:

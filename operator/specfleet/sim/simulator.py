@@ -27,6 +27,7 @@ import kubernetes
 
 from specfleet.api.vocabulary import LABEL_NAME
 from specfleet.fleetpods.kubelet import PreflightKubelet
+from specfleet.fleetpods.loopback import LoopbackServer, parse_listen
 from specfleet.fleetpods.pods import PodArgsError, PodInfo, parse_pod, runs_vllm
 from specfleet.fleetpods.targets import target_group, write_atomic
 from specfleet.fleetpods.watch import KubePodSource
@@ -35,15 +36,7 @@ from specfleet.sim import completions, model
 from specfleet.sim.completions import CompletionError, CompletionRequest
 from specfleet.sim.engine import MAX_WAITING, Engine, EngineConfig, configure
 from specfleet.sim.exposition import exposition
-from specfleet.sim.routes import (
-    DEFAULT_PORT,
-    LoopbackServer,
-    OpenAIRoute,
-    handler_for,
-    metrics_path,
-    openai_base_path,
-    parse_listen,
-)
+from specfleet.sim.routes import DEFAULT_PORT, OpenAIRoute, handler_for, metrics_path, openai_base_path
 from specfleet.sim.scenario import Scenario, ScenarioError, ScrapeAnswer, load_scenario, resolve, scrape_fault
 from specfleet.sim.streams import CompletionStream
 

@@ -3,6 +3,7 @@
 import json
 import os
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from specfleet.realvllm.front import PodFront, pod_route
 from specfleet.realvllm.install import VllmHome
 from specfleet.realvllm.runner import LoadPlan, RealEngine
 
@@ -117,3 +119,43 @@ def test_a_pod_that_stops_running_loses_its_server(engine: RealEngine) -> None:
     engine.upsert_pod(pod("a", phase="Succeeded"), {})
     assert rows(engine) == {}
     assert engine.targets_file is not None and json.loads(engine.targets_file.read_text()) == []
+
+
+def post(url: str, body: dict[str, Any]) -> tuple[int, str]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+@pytest.mark.parametrize(
+    ("path", "route"),
+    [
+        ("/pods/team/a/v1/completions", ("team", "a", "/v1/completions")),
+        ("/pods/team/a/metrics?x=1", ("team", "a", "/metrics?x=1")),
+        ("/pods/team/a", None),
+        ("/pods//a/metrics", None),
+        ("/tracks/team/a/stable/v1/completions", None),
+    ],
+)
+def test_the_front_reads_the_pod_and_the_path_to_pass_on(path: str, route: tuple[str, str, str] | None) -> None:
+    assert pod_route(path) == route
+
+
+def test_the_front_passes_a_pods_requests_to_its_server_and_says_why_it_cannot(engine: RealEngine) -> None:
+    front = PodFront(("127.0.0.1", 0), engine.address_of).start()
+    try:
+        for name in ("a", "b", "c"):  # c waits for a slot (max_servers 2)
+            engine.upsert_pod(pod(name), {})
+        wait_for("a to serve", lambda: rows(engine)["team/a"]["state"] == "serving")
+        assert post(f"{front.url}/pods/team/a/v1/completions", {"prompt": "probe"}) == (200, "{}")
+        served = fetch(f"{front.url}/pods/team/a/metrics")
+        assert served.startswith("completions ") and "argv" in served
+        status, said = post(f"{front.url}/pods/team/c/v1/completions", {})
+        assert status == 503 and "over-limit" in said and "2 servers already run" in said
+        assert post(f"{front.url}/pods/team/nobody/v1/completions", {})[0] == 404
+        assert post(f"{front.url}/elsewhere", {})[0] == 404
+    finally:
+        front.stop()
