@@ -7,6 +7,7 @@ from typing import Annotated
 from pydantic import Field, JsonValue, WithJsonSchema
 
 from specfleet.api.base import ApiModel
+from specfleet.api.custom_guardrails import MAX_CUSTOM_GUARDRAILS
 from specfleet.api.spec import BatchSizeDepth
 
 HISTORY_MAX = 50
@@ -14,6 +15,12 @@ ShortText = Annotated[str, Field(max_length=1024)]
 ServingSnapshot = Annotated[
     dict[str, JsonValue], WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True})
 ]
+
+
+MAX_CHECKS = 16 + MAX_CUSTOM_GUARDRAILS
+"""Checks one analysis can hold: the built-in guardrails (fewer than 16) and every custom one."""
+MAX_REASONS = 2 * MAX_CHECKS
+"""Reasons one analysis keeps (a check may give two: its own, and what it still needs); more are cut."""
 
 
 class Phase(StrEnum):
@@ -172,14 +179,14 @@ class Analysis(ApiModel):
     verdict: Verdict
     """`Pass` (every guardrail shown within its limit), `Fail` (one surely past it), `Inconclusive` (too little
     or unusable evidence to decide) or `Error` (Prometheus unreachable, or its auth Secret missing)."""
-    reasons: Annotated[list[ShortText], Field(max_length=32)] = []
+    reasons: Annotated[list[ShortText], Field(max_length=MAX_REASONS)] = []
     """Why, with the numbers and the confidence bound that decided each guardrail (or what was missing)."""
     look: int = 1
     """Which analysis of this canary revision it was (the trailing-window check spends its error by look)."""
     evidence_seconds: int | None = None
     """Length of the range the evidence was read over: from the step's start (its canary Ready, or the last
     counted failure), cut one scrape after the youngest pod was first scraped."""
-    checks: Annotated[list[GuardrailCheck], Field(max_length=16)] = []
+    checks: Annotated[list[GuardrailCheck], Field(max_length=MAX_CHECKS)] = []
     """Every guardrail judged at this analysis, Pass or not."""
     canary: Measurements = Measurements()
     """What Prometheus said about the canary track over the evidence range."""

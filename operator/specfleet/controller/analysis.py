@@ -9,7 +9,14 @@ from specfleet.api.custom_guardrails import CustomGuardrail
 from specfleet.api.durations import parse_duration
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.spec import SpeculativeMethod
-from specfleet.api.status import Analysis, CandidateState, OutputPairs, SpeculativeDeploymentStatus, Verdict
+from specfleet.api.status import (
+    MAX_REASONS,
+    Analysis,
+    CandidateState,
+    OutputPairs,
+    SpeculativeDeploymentStatus,
+    Verdict,
+)
 from specfleet.api.vocabulary import Track
 from specfleet.controller.metrics import ANALYSES, ANALYSIS_SECONDS
 from specfleet.judge import CustomReading, Recent, TrackEvidence, judge, measurements
@@ -235,7 +242,7 @@ def _analyze(
         look=look,
         evidence_seconds=round(seconds),
         verdict=result.verdict,
-        reasons=[r[:MAX_REASON] for r in result.reasons],
+        reasons=[r[:MAX_REASON] for r in result.reasons[:MAX_REASONS]],
         checks=list(result.checks),
         canary=result.canary,
         stable=result.stable,

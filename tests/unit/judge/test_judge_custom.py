@@ -6,12 +6,15 @@ judged with the built-in statistics in the same verdict.
 import dataclasses
 import math
 import random
+from datetime import UTC, datetime
 
 import pytest
 
+from specfleet.api.custom_guardrails import MAX_CUSTOM_GUARDRAILS
 from specfleet.api.spec import Guardrails
-from specfleet.api.status import Verdict
+from specfleet.api.status import Analysis, Verdict
 from specfleet.judge import CustomReading, TrackEvidence, judge, judged_guardrails
+from specfleet.judge.equivalence import PairTally
 
 from judgekit import binned, track
 
@@ -184,3 +187,35 @@ def test_the_built_in_guardrails_read_the_same_with_or_without_custom_readings()
     plain = judged(Guardrails(), canary, stable)
     bare = judged(Guardrails(), track(seed=31), track(seed=32))
     assert plain.checks == bare.checks and plain.reasons == bare.reasons
+
+
+def test_every_guardrail_a_spec_can_hold_fits_in_the_analysis_status() -> None:
+    """The most guardrails the CRD allows (every optional limit, 16 custom ones, output equivalence) all get
+    their check and reason into status.lastAnalysis: a status the API server refuses would stall the rollout."""
+    rng = random.Random(3)
+    custom = [{**PARSED, "name": f"rate-{i}"} for i in range(MAX_CUSTOM_GUARDRAILS // 2)]
+    custom += [{**LATENCY, "name": f"latency-{i}"} for i in range(MAX_CUSTOM_GUARDRAILS - len(custom))]
+    most = Guardrails.model_validate(
+        {
+            "maxErrorRate": 0.05,
+            "maxStepLatencyP95Seconds": 0.5,
+            "maxThroughputDrop": 0.2,
+            "maxQueueTimeP95Seconds": 1.0,
+            "outputEquivalence": {"enabled": True},
+            "custom": custom,
+        }
+    )
+    readings = {c["name"]: calls(rng, 0.99, 500) if "rate" in c else durations(rng, 0.2, 500) for c in custom}
+    canary = dataclasses.replace(track(seed=1), custom=readings)
+    stable = dataclasses.replace(track(seed=2), custom=readings)
+    result = judge(most, canary, stable, speculative=True, confidence=CONFIDENCE, pairs=PairTally(pairs=9, identical=9))
+    assert len(result.checks) >= judged_guardrails(most, speculative=True)
+    analysis = Analysis(
+        time=datetime(2026, 12, 2, tzinfo=UTC),
+        revision="r",
+        step=0,
+        verdict=result.verdict,
+        reasons=list(result.reasons),
+        checks=list(result.checks),
+    )
+    assert [c.guardrail for c in analysis.checks] == [c.guardrail for c in result.checks]
