@@ -69,7 +69,7 @@ def run(
     """Run the operator: reconcile SpeculativeDeployments into vLLM fleets and canary every change."""
     import kopf
 
-    from specfleet.controller.handlers import Controller, LeaderElection, OperatorOptions
+    from specfleet.controller.handlers import Controller, LeaderElection, OperatorOptions, api_connections
     from specfleet.controller.kube import Kube, load_config
     from specfleet.sharding import Shard
 
@@ -89,7 +89,7 @@ def run(
             "more than one shard needs --leader-election NAMESPACE/BASE (each shard's Lease is BASE-shard-I-of-N)",
             param_hint="--shards",
         )
-    api_client = load_config(str(kubeconfig) if kubeconfig else None, connections=workers + 2)
+    api_client = load_config(str(kubeconfig) if kubeconfig else None, connections=api_connections(workers))
     options = OperatorOptions(
         workers=workers,
         resync_seconds=resync,

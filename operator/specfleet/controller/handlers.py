@@ -154,6 +154,17 @@ class Leadership:
             await asyncio.sleep(election.retry_period)
 
 
+def write_threads(workers: int) -> int:
+    """Threads for the writes a pass makes at once (`Reconciler.writes`): two children per fleet and its
+    events, for every worker."""
+    return 2 * workers
+
+
+def api_connections(workers: int) -> int:
+    """HTTP connections to the API server: one per worker and per write thread, plus the watches' spare."""
+    return workers + write_threads(workers) + 2
+
+
 @dataclass
 class OperatorOptions:
     workers: int = 4
@@ -208,6 +219,7 @@ class Controller:
             default_prometheus_url=self.options.prometheus_url,
             pod_url_template=self.options.pod_url_template,
             threads=ThreadPoolExecutor(self.options.workers, thread_name_prefix="specfleet-reconcile"),
+            writes=ThreadPoolExecutor(write_threads(self.options.workers), thread_name_prefix="specfleet-write"),
             owns=gate.owns,
         )
         workers: list[asyncio.Task[None]] = []

@@ -2,6 +2,12 @@
 
 Watch events add a key now; a reconcile asks for its key again later (a pause ends, a deadline). A key
 added while it is being processed is processed again afterwards, never twice at once.
+
+Among the keys that are due, those already reconciled once go first: an object whose children are up and
+only wait for their next look (a Deployment became available) finishes before the first pass of objects
+never seen. When a thousand fleets arrive at once (a GitOps sync, a restore) a first-in first-out queue
+makes every fleet wait for the first pass of all the others before any of them converges; this one lets
+each converge as soon as it can, while every new key still gets its turn as soon as no known key is due.
 """
 
 import asyncio
@@ -13,13 +19,18 @@ from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 
+_Heap = list[tuple[float, int, K]]
+
 
 class WorkQueue(Generic[K]):
     """Keys of type `K` (the controller's are `(namespace, name)`)."""
 
     def __init__(self) -> None:
         self._due: dict[K, float] = {}
-        self._heap: list[tuple[float, int, K]] = []
+        self._known: _Heap[K] = []
+        """Keys reconciled at least once (done) since the queue started or they were forgotten."""
+        self._new: _Heap[K] = []
+        self._seen: set[K] = set()
         self._active: set[K] = set()
         self._again: dict[K, float] = {}
         self._counter = 0
@@ -35,30 +46,41 @@ class WorkQueue(Generic[K]):
             return
         self._due[key] = due
         self._counter += 1
-        heapq.heappush(self._heap, (due, self._counter, key))
+        heapq.heappush(self._known if key in self._seen else self._new, (due, self._counter, key))
         self._changed.set()
 
+    def _head(self, heap: _Heap[K]) -> tuple[float, int, K] | None:
+        """The heap's earliest live entry, dropping superseded ones (a key added again sooner, or taken)."""
+        while heap and self._due.get(heap[0][2]) != heap[0][0]:
+            heapq.heappop(heap)
+        return heap[0] if heap else None
+
     async def get(self) -> K:
-        """The next due key; the caller must call `done(key)` afterwards."""
+        """The next due key, a known one before a new one; the caller must call `done(key)` afterwards."""
         while True:
-            while self._heap and self._due.get(self._heap[0][2]) != self._heap[0][0]:
-                heapq.heappop(self._heap)  # superseded or forgotten entry
             now = time.monotonic()
-            if self._heap and self._heap[0][0] <= now:
-                _, _, key = heapq.heappop(self._heap)
-                del self._due[key]
-                self._active.add(key)
-                return key
-            timeout = self._heap[0][0] - now if self._heap else None
+            heads = [(heap, head) for heap in (self._known, self._new) if (head := self._head(heap)) is not None]
+            for heap, (due, _, key) in heads:
+                if due <= now:
+                    heapq.heappop(heap)
+                    del self._due[key]
+                    self._active.add(key)
+                    return key
+            timeout = min(head[0] for _, head in heads) - now if heads else None
             self._changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), timeout)
 
     def done(self, key: K) -> None:
         self._active.discard(key)
+        self._seen.add(key)
         if key in self._again:
             due = self._again.pop(key)
             self.add(key, due - time.monotonic())
+
+    def forget(self, key: K) -> None:
+        """The object is gone: a key of that name again later is a new object."""
+        self._seen.discard(key)
 
     def __len__(self) -> int:
         return len(self._due)

@@ -43,3 +43,44 @@ def test_a_key_added_while_active_waits_for_done() -> None:
         return while_active, len(queue), await _take(queue)
 
     assert asyncio.run(scenario()) == (0, 1, "a")
+
+
+def test_a_key_reconciled_before_goes_before_new_keys_due_earlier() -> None:
+    async def scenario() -> list[object]:
+        queue = WorkQueue()
+        queue.add("old")
+        await _take(queue)
+        queue.done("old")  # its first pass is done
+        for name in ("new-1", "new-2"):
+            queue.add(name)
+        queue.add("old")  # e.g. its Deployment became available: due later than the new keys
+        return [await _take(queue) for _ in range(3)]
+
+    assert asyncio.run(scenario()) == ["old", "new-1", "new-2"]
+
+
+def test_a_known_key_not_yet_due_does_not_hold_back_new_ones() -> None:
+    async def scenario() -> list[object]:
+        queue = WorkQueue()
+        queue.add("old")
+        await _take(queue)
+        queue.done("old")
+        queue.add("old", after=0.05)
+        queue.add("new")
+        return [await _take(queue), await _take(queue)]
+
+    assert asyncio.run(scenario()) == ["new", "old"]
+
+
+def test_a_forgotten_key_is_new_again() -> None:
+    async def scenario() -> list[object]:
+        queue = WorkQueue()
+        queue.add("gone")
+        await _take(queue)
+        queue.done("gone")
+        queue.forget("gone")  # deleted; a fleet of that name created again is a new object
+        queue.add("first")
+        queue.add("gone")
+        return [await _take(queue), await _take(queue)]
+
+    assert asyncio.run(scenario()) == ["first", "gone"]
