@@ -297,7 +297,9 @@ class Controller:
         @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
         async def speculative_deployment(event: kopf.RawEvent, **_: Any) -> None:
             deleted = event.get("type") == "DELETED"
-            self.queue.add(gate.observe(event["object"], deleted=deleted))  # another shard's fleet is not kept
+            key = gate.observe(event["object"], deleted=deleted)
+            if key is not None:  # None: another shard's fleet, not kept and nothing to forget
+                self.queue.add(key)
 
         def child_handler(kind: str, label: str = LABEL_NAME) -> Any:
             async def on_child(event: dict[str, Any], **_: Any) -> None:

@@ -111,14 +111,16 @@ class ShardGate:
             self._reported.pop(key, None)
         return assignment.shard == self.shard.index
 
-    def observe(self, obj: Mapping[str, Any], deleted: bool) -> Key:
+    def observe(self, obj: Mapping[str, Any], deleted: bool) -> Key | None:
         """A watch event of a SpeculativeDeployment: keep it when it is this shard's, drop it (and its children)
-        when it is another's. Returns its key, to be queued either way (a dropped key's pass forgets it)."""
+        when it is another's. Returns its key when it is to be reconciled: kept, or dropped now (the reconciler
+        then forgets it); None for another shard's fleet that was not kept anyway."""
         key = key_of(obj)
         stamp = Stamp.parse(((obj.get("metadata") or {}).get("annotations") or {}).get(OWNER_ANNOTATION))
         if deleted or not interested(self._assigned(key, obj), stamp, self.me):
+            was_kept = key in self.store.sdeps
             self._forget(key, foreign=not deleted)
-            return key
+            return key if was_kept or deleted else None
         if key in self._foreign:
             self._foreign.discard(key)
             self._incomplete.add(key)

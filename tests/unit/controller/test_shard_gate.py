@@ -87,8 +87,8 @@ def test_another_shards_fleet_and_its_children_are_not_kept() -> None:
     mine, theirs = names_in(1, 2, 1)[0], names_in(0, 2, 1)[0]
     shards = gate(FakeKube())
     shards.store.put_child("Deployment", child("Deployment", f"{theirs}-stable", theirs), deleted=False)
-    shards.observe(fleet(mine), deleted=False)
-    shards.observe(fleet(theirs), deleted=False)
+    assert shards.observe(fleet(mine), deleted=False) == ("default", mine)
+    assert shards.observe(fleet(theirs), deleted=False) is None  # not even queued
     assert list(shards.store.sdeps) == [("default", mine)]
     assert shards.store.children("Deployment", ("default", theirs)) == {}
     assert not shards.keeps_children_of(("default", theirs)) and shards.keeps_children_of(("default", mine))
@@ -155,6 +155,9 @@ def test_a_fleet_pinned_elsewhere_is_released_then_forgotten() -> None:
     name = names_in(1, 2, 1)[0]
     shards.observe(fleet(name, shards.me.render(), labels={SHARD_LABEL: "0"}), deleted=False)
     assert ("default", name) in shards.store.sdeps  # kept: it carries my stamp, to be released
+    relabelled = fleet(name, labels={SHARD_LABEL: "0"}, version="9")  # someone else removed my stamp meanwhile
+    assert shards.observe(relabelled, deleted=False) == ("default", name)  # dropped now: queued, to be forgotten
+    shards.observe(fleet(name, shards.me.render(), labels={SHARD_LABEL: "0"}), deleted=False)
     assert not asyncio.run(shards.owns(("default", name)))
     assert kube.patches[-1][1]["metadata"] == {"resourceVersion": "7", "annotations": {OWNER_ANNOTATION: None}}
     assert ("default", name) not in shards.store.sdeps and not shards.keeps_children_of(("default", name))
