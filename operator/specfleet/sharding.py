@@ -43,8 +43,9 @@ Why no fleet is dropped: its assigned shard, once it holds its Lease, stamps the
 holder is gone (released: at once; dead: after a lease duration), and looks again every retry period while it
 waits. On a resize (N to M, old and new Deployments side by side) the old shards keep their stamped fleets
 until they stop (releasing their Leases), then the new assignment stamps them. A fleet stamped with the Lease
-of a shard it is no longer assigned to (its label moved it) is released by that Lease's holder: the
-annotation removed with the resourceVersion, after which the assigned shard stamps it.
+of a shard it is no longer assigned to (its label moved it) is released by that Lease's holder: the stamp
+replaced by `released` (with the resourceVersion) from the fleet's own worker, which then drops the fleet; a
+released fleet is acted on by nobody until its assigned shard stamps it, at once.
 
 **Without leader election** (one unsharded process: no Lease, so no stamp of its own) a process acts on
 unstamped fleets as before sharding existed, leaves a fleet whose stamp's Lease is live (a resize down to it,
@@ -133,13 +134,15 @@ class Stamp:
     term: int = 1
 
     def render(self) -> str:
-        return f"{self.namespace}/{self.lease}@{self.identity}#{self.term}"
+        return RELEASED if self == RELEASED_STAMP else f"{self.namespace}/{self.lease}@{self.identity}#{self.term}"
 
     @classmethod
     def parse(cls, value: str | None) -> "Stamp | None":
         """The annotation's value; None when it is absent or not of the form `NS/LEASE@IDENTITY#TERM`."""
         if not value:
             return None
+        if value == RELEASED:
+            return RELEASED_STAMP
         where, _, held = value.partition("@")
         namespace, _, lease = where.partition("/")
         identity, _, term = held.rpartition("#")
@@ -149,6 +152,12 @@ class Stamp:
 
     def with_term(self, term: int) -> "Stamp":
         return Stamp(self.namespace, self.lease, self.identity, term)
+
+
+RELEASED = "released"
+"""The annotation's value once a shard's holder gave the fleet up (its label moved it): anyone assigned may
+stamp it at once."""
+RELEASED_STAMP = Stamp("", "", "", 0)
 
 
 @dataclass(frozen=True)
@@ -198,7 +207,8 @@ class Ownership(StrEnum):
     CLAIM = "claim"
     """Assigned here and its stamp's owner cannot be acting: stamp it (with the resourceVersion), then act."""
     RELEASE = "release"
-    """Stamped with this process's Lease but assigned elsewhere now: remove the stamp (with the resourceVersion)."""
+    """Stamped with this process's Lease but assigned elsewhere now: mark it `released` (with the
+    resourceVersion) and drop it."""
     WAIT = "wait"
     """Assigned here but its stamp's owner may be acting: leave it, look again after a retry period."""
     IGNORE = "ignore"
@@ -217,7 +227,7 @@ def decide(assigned: bool, stamp: Stamp | None, me: Stamp, lease: LeaseView | No
         return Ownership.RELEASE if stamped_with_my_lease else Ownership.IGNORE
     if stamp == me:
         return Ownership.ACT
-    if stamped_with_my_lease or lease is None or not lease.live:
+    if stamp == RELEASED_STAMP or stamped_with_my_lease or lease is None or not lease.live:
         return Ownership.CLAIM
     owner = stamp.identity if stamp is not None else None
     if owner is None or lease.holder is None or lease.holder == owner:
@@ -232,7 +242,7 @@ def decide_unelected(stamp: Stamp | None, lease: LeaseView | None) -> Ownership:
     (CLAIM, writing no stamp), then act on it."""
     if stamp is None:
         return Ownership.ACT
-    if lease is not None and lease.live:
+    if stamp != RELEASED_STAMP and lease is not None and lease.live:
         return Ownership.WAIT
     return Ownership.CLAIM
 

@@ -65,10 +65,10 @@ def lease(fleet: Fleet, name: str) -> Any:
     )
 
 
-def claimed_at(operator: Operator, namespace: str, name: str) -> datetime | None:
-    """When the operator's log says it stamped the fleet (its local time, as the operator wrote it)."""
+def claimed_at(operator: Operator, namespace: str, name: str, what: str = "claimed") -> datetime | None:
+    """When the operator's log says it stamped (or `what`) the fleet (its local time, as the operator wrote it)."""
     for line in operator.log.read_text().splitlines():
-        if f"claimed {namespace}/{name} " in line and (match := LOG_TIME.match(line)):
+        if f"{what} {namespace}/{name} " in line and (match := LOG_TIME.match(line)):
             return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").astimezone()
     return None
 
@@ -196,3 +196,36 @@ def test_back_to_one_process_without_leader_election_keeps_off_live_shards(
         assert taken is not None and (taken - last_renewal).total_seconds() >= LEASE_SECONDS, (taken, last_renewal)
     fleet.patch_spec(names[1][0], {"rollout": {"steps": [{"weight": 50, "pause": {"duration": "3s"}}]}})
     wait_for(f"{names[1][0]} to observe its new generation", lambda: converged(fleet, names[1][0]), SHARD_TIMEOUT)
+
+
+def test_a_label_moves_a_fleet_to_the_shard_it_names(
+    dev_cluster: ClusterInfo, namespace: str, fleet: Fleet, operators: list[Operator], tmp_path: Path
+) -> None:
+    """`specfleet.io/shard` pins a fleet: the shard that has it releases it, the one it names stamps it and reconciles
+    it with the children it had dropped as another shard's (listed on the way in, not created twice); a label that
+    names no shard is ignored and said once."""
+    name = fleet_names(namespace, per_shard=1)[0][0]
+    shard0 = shard_operator(dev_cluster, namespace, tmp_path / "shard0.log", 2, 0)
+    shard1 = shard_operator(dev_cluster, namespace, tmp_path / "shard1.log", 2, 1)
+    operators += [shard0, shard1]
+    for running in operators:
+        running.start()
+    fleet.apply(sdep(name, replicas=1, engine={"tensorParallelSize": 1}))
+    wait_for(f"{name} Healthy", lambda: converged(fleet, name) and stamp_of(fleet, name), SHARD_TIMEOUT)
+    assert (stamp_of(fleet, name) or Stamp("", "", "")).lease == f"{BASE}-shard-0-of-2"
+    children = {n: d.metadata.uid for n, d in fleet.deployments().items()}
+
+    fleet.kubectl("label", f"sdep/{name}", "specfleet.io/shard=7")  # no such shard: the hash still decides
+    wait_for("the bad pin to be reported", lambda: "names no shard of 2" in shard0.log.read_text())
+    fleet.kubectl("label", "--overwrite", f"sdep/{name}", "specfleet.io/shard=1")
+    wait_for(
+        f"{name} stamped by shard 1", lambda: (stamp_of(fleet, name) or Stamp("", "", "")).lease.endswith("-1-of-2")
+    )
+    released, taken = claimed_at(shard0, namespace, name, "released"), claimed_at(shard1, namespace, name)
+    assert released is not None and taken is not None
+    # at once, not after an expiry (shard 1 may even log its stamp before shard 0 logs the release it follows)
+    assert (taken - released).total_seconds() < LEASE_SECONDS, (released, taken)
+    fleet.patch_spec(name, {"rollout": {"steps": [{"weight": 50, "pause": {"duration": "3s"}}]}})
+    wait_for(f"{name} to observe its new generation under shard 1", lambda: converged(fleet, name), SHARD_TIMEOUT)
+    assert {n: d.metadata.uid for n, d in fleet.deployments().items()} == children
+    assert shard0.log.read_text().count("names no shard of 2") == 1

@@ -26,6 +26,8 @@ from specfleet.controller.queue import WorkQueue
 from specfleet.controller.store import PREFLIGHT_POD, Key, Store, key_of
 from specfleet.sharding import (
     OWNER_ANNOTATION,
+    RELEASED,
+    RELEASED_STAMP,
     LeaseClock,
     LeaseRecord,
     LeaseView,
@@ -155,12 +157,13 @@ class ShardGate:
         me = self.me
         lease: LeaseView | None = None
         stamp_lease = (stamp.namespace, stamp.lease) if stamp else (self.lease_namespace, self.base_lease)
+        released = stamp == RELEASED_STAMP
         if self.lease_name is None:  # no leader election: never stamps, keeps away from live stamps
-            if stamp is not None:
+            if stamp is not None and not released:
                 lease = await asyncio.to_thread(self._judge, *stamp_lease)
             decision = decide_unelected(stamp, lease)
         else:
-            if assigned and stamp != me and stamp_lease != (me.namespace, me.lease):
+            if assigned and stamp != me and not released and stamp_lease != (me.namespace, me.lease):
                 lease = await asyncio.to_thread(self._judge, *stamp_lease)
             decision = decide(assigned, stamp, me, lease)
         if decision is not Ownership.ACT and key in self.owned:
@@ -185,7 +188,10 @@ class ShardGate:
             self.queue.add(key, self.retry_period)
             return False
         version = str(meta.get("resourceVersion", ""))
-        value = me.render() if decision is Ownership.CLAIM and self.lease_name is not None else None
+        if decision is Ownership.RELEASE:
+            value: str | None = RELEASED
+        else:
+            value = me.render() if self.lease_name is not None else None
         try:
             await asyncio.to_thread(self._stamp, key, value, version)
         except ConflictError:  # someone moved first (another shard, a user's edit): decide again from the new one

@@ -159,8 +159,19 @@ def test_a_fleet_pinned_elsewhere_is_released_then_forgotten() -> None:
     assert shards.observe(relabelled, deleted=False) == ("default", name)  # dropped now: queued, to be forgotten
     shards.observe(fleet(name, shards.me.render(), labels={SHARD_LABEL: "0"}), deleted=False)
     assert not asyncio.run(shards.owns(("default", name)))
-    assert kube.patches[-1][1]["metadata"] == {"resourceVersion": "7", "annotations": {OWNER_ANNOTATION: None}}
+    assert kube.patches[-1][1]["metadata"] == {"resourceVersion": "7", "annotations": {OWNER_ANNOTATION: "released"}}
     assert ("default", name) not in shards.store.sdeps and not shards.keeps_children_of(("default", name))
+
+
+def test_a_released_fleet_is_stamped_at_once_by_its_shard_without_reading_any_lease() -> None:
+    kube = FakeKube()
+    shards = gate(kube)
+    name = names_in(1, 2, 1)[0]
+    shards.observe(fleet(name, "released"), deleted=False)
+    assert not asyncio.run(shards.owns(("default", name)))
+    assert (
+        kube.reads == [] and Stamp.parse(kube.patches[-1][1]["metadata"]["annotations"][OWNER_ANNOTATION]) == shards.me
+    )
 
 
 def test_a_fleet_pinned_here_after_its_children_were_dropped_gets_them_listed() -> None:

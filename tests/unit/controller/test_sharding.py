@@ -6,6 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specfleet.sharding import (
+    RELEASED_STAMP,
     SHARD_LABEL,
     LeaseClock,
     LeaseView,
@@ -93,6 +94,10 @@ def test_a_stamp_reads_back_as_written(namespace: str, lease: str, identity: str
     assert Stamp.parse(stamp.render()) == stamp
 
 
+def test_released_reads_back_as_released() -> None:
+    assert Stamp.parse("released") == RELEASED_STAMP and RELEASED_STAMP.render() == "released"
+
+
 @pytest.mark.parametrize("value", [None, "", "lease@me#1", "ns/lease", "ns/lease@#1", "ns/a/b@me#1", "ns/lease@me#x"])
 def test_a_malformed_stamp_is_no_stamp(value: str | None) -> None:
     assert Stamp.parse(value) is None
@@ -137,6 +142,7 @@ CASES = {
     "names another, its Lease recently absent": (OTHER, RECENTLY_ABSENT, Ownership.WAIT, Ownership.IGNORE),
     "names another, expired or released": (OTHER, EXPIRED, Ownership.CLAIM, Ownership.IGNORE),
     "names another, its Lease now held by a successor": (OTHER, HELD_BY_SUCCESSOR, Ownership.CLAIM, Ownership.IGNORE),
+    "released by its shard (label moved it)": (RELEASED_STAMP, HELD_BY_THEM, Ownership.CLAIM, Ownership.IGNORE),
 }
 
 
@@ -173,6 +179,7 @@ def test_only_the_stamps_holder_acts_and_nobody_takes_a_fleet_from_a_live_holder
         (OTHER, RECENTLY_ABSENT, Ownership.WAIT),
         (OTHER, EXPIRED, Ownership.CLAIM),  # its holder stopped: unstamp, then act
         (OTHER, HELD_BY_SUCCESSOR, Ownership.WAIT),  # a standby of that shard took over: it will stamp again
+        (RELEASED_STAMP, None, Ownership.CLAIM),  # given up by its shard: unstamp, then act
     ],
 )
 def test_a_process_without_leader_election_keeps_away_from_live_stamps(
