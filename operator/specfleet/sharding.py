@@ -24,7 +24,8 @@ Anyone else may stamp a fleet (a merge patch carrying the fleet's resourceVersio
 - it has no holder (released on a clean shutdown, after the workers stopped), or
 - its record stayed unchanged for its `leaseDurationSeconds` on the reader's own monotonic clock (expired), or
 - it stayed absent for a default lease duration (a live holder re-creates a deleted Lease within a retry
-  period, and an unsharded operator without a Lease does not stamp).
+  period, and an unsharded operator without a Lease does not stamp), or
+- the stamp says `released`: its holder gave the fleet up (below) and no longer acts on it.
 
 For an unstamped fleet "another identity than the stamp's" does not exist: it is free only when BASE is not
 held, or when the reader holds BASE itself.
