@@ -16,7 +16,7 @@ import logging
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -36,6 +36,9 @@ from specfleet.controller.store import PREFLIGHT_POD, Key, Store, owner_key
 from specfleet.sharding import Shard
 
 MANAGED = {"app.kubernetes.io/managed-by": FIELD_MANAGER}
+CHILD_EVENT_SECONDS = 0.5
+"""A child's event looks at its fleet this much later, so one pass sees a burst of them (a Deployment's pods
+created, scheduled, started, Ready) instead of one pass each."""
 INITIAL_SYNC_SECONDS = 2.0
 """Give the first LIST of every watch a moment to fill the store before the first reconcile."""
 
@@ -154,6 +157,15 @@ class Leadership:
             await asyncio.sleep(election.retry_period)
 
 
+class EventsOnlyDiffBase(kopf.AnnotationsDiffBaseStorage):
+    """kopf deep-copies every object at every watch event to diff it for change handlers (on.create,
+    on.update); specfleet has none, only event handlers, and that copy was a tenth of the operator's CPU
+    while 1,000 fleets converged. The essence it diffs is empty instead."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+
 def write_threads(workers: int) -> int:
     """Threads for the writes a pass makes at once (`Reconciler.writes`): two children per fleet and its
     events, for every worker."""
@@ -268,6 +280,7 @@ class Controller:
         @kopf.on.startup(registry=registry)
         async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
             settings.posting.enabled = False  # events are posted deliberately, not from log lines
+            settings.persistence.diffbase_storage = EventsOnlyDiffBase()
             settings.watching.server_timeout = 300
             if self.options.metrics_port is not None:
                 from prometheus_client import REGISTRY, start_http_server
@@ -307,7 +320,7 @@ class Controller:
                     return  # another shard's fleet's
                 owner = self.store.put_child(kind, event["object"], deleted=event.get("type") == "DELETED", label=label)
                 if owner is not None and owner in self.store.sdeps:
-                    self.queue.add(owner)
+                    self.queue.add(owner, CHILD_EVENT_SECONDS)
 
             on_child.__name__ = f"on_{kind.lower()}"
             return on_child

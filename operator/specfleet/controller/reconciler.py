@@ -14,6 +14,7 @@ import contextlib
 import functools
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field, replace
@@ -49,6 +50,8 @@ RESYNC_SECONDS = 300.0
 ERROR_BACKOFF_SECONDS = 5.0
 CACHE_BEHIND_SECONDS = 1.0
 """Look again this soon when the watch cache has not delivered our own last write (its event wakes us too)."""
+EXPECTATION_SECONDS = 30.0
+"""Longest wait for the watch to deliver a child this process created, before a pass goes ahead without it."""
 CAPACITY_RBAC = "get, list on nodes and list on pods in all namespaces (the chart's capacityCheck: true)"
 """What the capacity check reads, for the warning when the operator may not."""
 
@@ -88,6 +91,9 @@ class Reconciler:
     _providers: dict[tuple[str, str | None], Prometheus] = field(default_factory=dict)
     _written_over: dict[Key, str] = field(default_factory=dict)
     """The resourceVersion our last status write replaced, per object: a cache still at it is behind."""
+    _expected: dict[Key, dict[tuple[str, str], float]] = field(default_factory=dict)
+    """Children this process created, per object, that the watch has not delivered yet: (kind, name) -> until
+    when to wait for them (the "expectations" of Kubernetes' own controllers)."""
     _capacity_denied: bool = False
     """The operator was refused listing nodes or pods, and said so (once: a process has one Reconciler)."""
 
@@ -140,6 +146,7 @@ class Reconciler:
             self._conflicts.pop(key, None)
             self._refused.pop(key, None)
             self._written_over.pop(key, None)
+            self._expected.pop(key, None)
             self.queue.forget(key)
             return None  # children go with their owner references; no finalizer needed
         if self.owns is not None and not await self.owns(key):
@@ -147,6 +154,8 @@ class Reconciler:
         if self._written_over.get(key) == body.get("metadata", {}).get("resourceVersion"):
             return CACHE_BEHIND_SECONDS  # the watch has not delivered our last status write yet
         self._written_over.pop(key, None)
+        if self._awaiting_created_children(key):
+            return CACHE_BEHIND_SECONDS  # nor a child we created: a pass now would create it again (a 409)
         parsed = parse(body)
         if parsed.problems:
             logger.error("%s/%s: %s", *key, "; ".join(parsed.problems))
@@ -259,6 +268,20 @@ class Reconciler:
             return FleetLook(time=now, revision=status.stable_revision, error=f"Prometheus auth: {error}")
         return await self._blocking(measure_fleet, provider, sdep, status, now)
 
+    def _awaiting_created_children(self, key: Key) -> bool:
+        """Whether a child this process created is not in the store yet (and was created less than
+        EXPECTATION_SECONDS ago); forgets the ones that arrived."""
+        expected = self._expected.get(key)
+        if not expected:
+            return False
+        now = time.monotonic()
+        for kind, name in list(expected):
+            if name in self.store.children(kind, key) or expected[kind, name] < now:
+                del expected[kind, name]
+        if not expected:
+            del self._expected[key]
+        return bool(expected)
+
     def _owned(self, key: Key, sdep: SpeculativeDeployment, kind: str, name: str) -> dict[str, Any] | None:
         obj = self.store.children(kind, key).get(name)
         return obj if obj is not None and controlled_by(obj, sdep.metadata.uid) else None
@@ -303,10 +326,15 @@ class Reconciler:
         """First, before the status: a decision that takes traffic off the canary sets the HTTPRoute's canary
         weight to 0 and narrows the fleet Service to stable. This is safe whatever version of the object it
         was decided from, and it must come before the status that says so (a status saying Aborted means
-        traffic is already on stable). Returns the Services it applied, which `_ensure_children` leaves."""
+        traffic is already on stable). Returns the Services it applied, which `_ensure_children` leaves.
+        Without an HTTPRoute or a canary Deployment there is no traffic to take off (a new fleet's first
+        pass): the Service is then written with the other children, and the pass saves a round trip."""
         if decision.canary_traffic:
             return set()
-        if self._routed(sdep):  # traffic back to stable before any canary object goes
+        routed = self._routed(sdep)
+        if not routed and child_name(sdep, Track.CANARY) not in children.get("Deployment", {}):
+            return set()
+        if routed:  # traffic back to stable before any canary object goes
             holdback_service = children.get("Service", {}).get(child_name(sdep, Track.HOLDBACK))
             self._set_route_weights(sdep, 0, decision.holdback_weight if holdback_service else 0)
         fleet = next(m for m in wanted if m["kind"] == "Service" and m["metadata"]["name"] == sdep.metadata.name)
@@ -461,6 +489,7 @@ class Reconciler:
             if observed is None:
                 try:
                     self.kube.create(manifest)
+                    self._expected.setdefault(key, {})[manifest["kind"], name] = time.monotonic() + EXPECTATION_SECONDS
                     return
                 except ConflictError:
                     meta = manifest["metadata"]

@@ -1,6 +1,5 @@
 """In-memory copies of what the watches saw, indexed by the SpeculativeDeployment they belong to."""
 
-import copy
 from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
@@ -26,6 +25,14 @@ def owner_key(obj: Mapping[str, Any], label: str = LABEL_NAME) -> Key | None:
     return (meta.get("namespace", ""), name) if name else None
 
 
+def trimmed(obj: Mapping[str, Any]) -> Raw:
+    """What the operator keeps of a watched object: all but `metadata.managedFields` (server-side apply's
+    bookkeeping, often the largest part of a pod or a Deployment, never read here). Copied one level down
+    only: each watch event brings a fresh object, and nothing in the operator writes to one it stored."""
+    meta = obj.get("metadata") or {}
+    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+
+
 class Store:
     """SpeculativeDeployments and their children as last seen; written only by watch events."""
 
@@ -38,7 +45,7 @@ class Store:
         if deleted:
             self.sdeps.pop(key, None)
         else:
-            self.sdeps[key] = copy.deepcopy(dict(obj))
+            self.sdeps[key] = trimmed(obj)
         return key
 
     def put_child(self, kind: str, obj: Mapping[str, Any], deleted: bool, label: str = LABEL_NAME) -> Key | None:
@@ -51,7 +58,7 @@ class Store:
         if deleted:
             bucket.pop(name, None)
         else:
-            bucket[name] = copy.deepcopy(dict(obj))
+            bucket[name] = trimmed(obj)
         return owner
 
     def forget(self, key: Key) -> None:

@@ -48,7 +48,11 @@ class RecordingKube:
         secret_error: str | None = None,
         nodes: list[dict[str, Any]] | Exception | None = None,
         cluster_pods: list[dict[str, Any]] | Exception | None = None,
+        delivers: bool = True,
     ) -> None:
+        self.delivers = delivers
+        """Whether what it creates reaches the store `watch` (as a watch delivers it), or never does."""
+        self.watch: Store | None = None
         self.writes: list[tuple[str, ...]] = []
         self.status_writes: list[tuple[dict[str, Any], str | None]] = []
         self.status_conflict, self.secret_error = status_conflict, secret_error
@@ -64,6 +68,8 @@ class RecordingKube:
 
     def create(self, manifest: dict[str, Any]) -> None:
         self.writes.append(("create", manifest["kind"], manifest["metadata"]["name"]))
+        if self.delivers and self.watch is not None:
+            self.watch.put_child(manifest["kind"], manifest, deleted=False)
 
     def delete(self, api_version: str, kind: str, namespace: str, name: str, uid: str) -> None:
         self.writes.append(("delete", kind, name))
@@ -154,6 +160,7 @@ def canary_world(**spec: Any) -> tuple[Store, dict[str, Any]]:
 
 
 def reconcile(kube: RecordingKube, store: Store, reconciler: Reconciler | None = None) -> float | None:
+    kube.watch = store
     reconciler = reconciler or Reconciler(kube, store, WorkQueue(), clock=lambda: NOW)  # type: ignore[arg-type]
     return asyncio.run(reconciler.reconcile(KEY))
 
@@ -212,6 +219,33 @@ def test_a_watch_cache_behind_our_own_write_is_not_acted_on_again() -> None:
     store.put_sdep(fresh, deleted=False)  # the watch delivers something newer: acted on again
     reconcile(kube, store, reconciler)
     assert len(kube.writes) + len(kube.status_writes) > writes
+
+
+def test_a_child_created_but_not_yet_in_the_watch_cache_is_not_created_again() -> None:
+    store, _ = canary_world()  # no fleet Service yet: the first pass creates it
+    kube = RecordingKube(delivers=False)
+    reconciler = Reconciler(kube, store, WorkQueue(), clock=lambda: NOW)  # type: ignore[arg-type]
+    reconcile(kube, store, reconciler)
+    assert kube.writes.count(("create", "Service", KEY[1])) == 1
+    store.put_sdep(merged(store.sdeps[KEY], {"metadata": {"resourceVersion": "11"}}), deleted=False)
+    writes = len(kube.writes) + len(kube.status_writes)
+    assert reconcile(kube, store, reconciler) == reconciler_module.CACHE_BEHIND_SECONDS  # the Service is on its way
+    assert len(kube.writes) + len(kube.status_writes) == writes
+
+    # a watch that never delivers it: waited for only EXPECTATION_SECONDS
+    reconciler._expected[KEY] = dict.fromkeys(reconciler._expected[KEY], time.monotonic() - 1)
+    reconcile(kube, store, reconciler)
+    assert kube.writes.count(("create", "Service", KEY[1])) == 2
+
+
+def test_a_created_child_the_watch_delivered_lets_the_next_pass_go_on() -> None:
+    store, _ = canary_world()
+    kube = RecordingKube()
+    reconciler = Reconciler(kube, store, WorkQueue(), clock=lambda: NOW)  # type: ignore[arg-type]
+    reconcile(kube, store, reconciler)
+    store.put_sdep(merged(store.sdeps[KEY], {"metadata": {"resourceVersion": "11"}}), deleted=False)
+    assert reconcile(kube, store, reconciler) != reconciler_module.CACHE_BEHIND_SECONDS
+    assert kube.writes.count(("create", "Service", KEY[1])) == 1 and not reconciler._expected
 
 
 def test_every_transition_event_is_also_logged_so_the_operator_log_tells_the_rollout(
