@@ -7,6 +7,10 @@ Prints, for the dev cluster started by `specfleet dev up` (its own state directo
 - API writes per minute at steady state, when nothing changes (the goal is zero).
 
     python benchmarks/create_many.py --count 200
+    python benchmarks/create_many.py --count 1000 --shards 3    # three operator processes, one shard each
+
+With `--shards N` the figures are the N processes' together (requests, CPU seconds, and RSS summed; the
+largest one's RSS too).
 
 It is a script that prints figures, not a test: nothing here passes or fails. The cluster and the operator
 stop when it ends, however it ends (`--keep` leaves them running and prints how to stop them).
@@ -50,31 +54,57 @@ def main() -> None:
     parser.add_argument("--state-dir", type=Path, default=Path(tempfile.gettempdir()) / "specfleet-bench")
     parser.add_argument("--steady-seconds", type=float, default=60.0, help="how long to count idle writes")
     parser.add_argument("--workers", type=int, default=4, help="operator workers")
-    parser.add_argument("--metrics-port", type=int, default=0, help="the operator's metrics port (0: a free one)")
+    parser.add_argument("--shards", type=int, default=1, help="operator processes, each owning one shard")
     parser.add_argument("--timeout", type=float, default=900.0)
     parser.add_argument("--keep", action="store_true", help="leave the cluster and the operator running")
     args = parser.parse_args()
 
     nodes = max(2, -(-args.count // 8) + 2)  # one GPU per object, 8 per node, and some spare
-    args.metrics_port = args.metrics_port or free_port()
+    args.metrics_ports = [free_port() for _ in range(args.shards)]
     logs = Path(tempfile.mkdtemp(prefix="specfleet-create-many-"))
     print(f"logs in {logs}", file=sys.stderr)
     with cluster_session(args.state_dir, nodes, keep=args.keep) as (cluster, namespace):
         run(args, cluster, namespace, nodes, logs)
 
 
+def operator_commands(args: argparse.Namespace, cluster: ClusterInfo, namespace: str) -> dict[str, list[str]]:
+    """One operator process, or one per shard (each electing itself with its shard's Lease)."""
+    commands = {}
+    for shard, port in enumerate(args.metrics_ports):
+        command = [
+            sys.executable, "-m", "specfleet.cli", "run", "--namespace", namespace, "--liveness", "", "--kubeconfig",
+            str(cluster.kubeconfig), "--metrics-port", str(port), "--workers", str(args.workers),
+        ]  # fmt: skip
+        if args.shards > 1:
+            command += [
+                "--leader-election",
+                f"{namespace}/specfleet",
+                "--shards",
+                str(args.shards),
+                "--shard",
+                str(shard),
+            ]
+        commands[f"operator-{shard}" if args.shards > 1 else "operator"] = command
+    return commands
+
+
+def all_requests(ports: list[int]) -> dict[str, float]:
+    """verb -> count, summed over the operator processes."""
+    total: dict[str, float] = {}
+    for port in ports:
+        for verb, count in operator_requests(port).items():
+            total[verb] = total.get(verb, 0) + count
+    return total
+
+
 def run(args: argparse.Namespace, cluster: ClusterInfo, namespace: str, nodes: int, logs: Path) -> None:
-    """Start the operator, create the objects, measure; the operator stops when this returns or raises."""
+    """Start the operator(s), create the objects, measure; they stop when this returns or raises."""
     custom = kubernetes.client.CustomObjectsApi(cluster.api_client())
-    operator_command = [
-        sys.executable, "-m", "specfleet.cli", "run", "--namespace", namespace, "--liveness", "", "--kubeconfig",
-        str(cluster.kubeconfig), "--metrics-port", str(args.metrics_port), "--workers", str(args.workers),
-    ]  # fmt: skip
-    with background({"operator": operator_command}, logs, keep=args.keep) as [operator]:
+    with background(operator_commands(args, cluster, namespace), logs, keep=args.keep) as operators:
         deadline = time.monotonic() + 30
         while True:
             try:
-                before = operator_requests(args.metrics_port)
+                before = all_requests(args.metrics_ports)
                 break
             except OSError:
                 if time.monotonic() > deadline:
@@ -126,12 +156,12 @@ def run(args: argparse.Namespace, cluster: ClusterInfo, namespace: str, nodes: i
         stop.set()
         total = max(healthy.values()) - start if healthy else float("nan")
         latencies = [healthy[n] - created[n] for n in healthy]
-        after_create = operator_requests(args.metrics_port)
-        usage = process_usage(operator.pid)
+        after_create = all_requests(args.metrics_ports)
+        usages = [process_usage(operator.pid) for operator in operators]
 
-        idle_start = operator_requests(args.metrics_port)
+        idle_start = all_requests(args.metrics_ports)
         time.sleep(args.steady_seconds)
-        idle_end = operator_requests(args.metrics_port)
+        idle_end = all_requests(args.metrics_ports)
         idle_writes = sum(idle_end.get(v, 0) - idle_start.get(v, 0) for v in WRITE_VERBS)
         requests_total = sum(after_create.values()) - sum(before.values())
 
@@ -146,11 +176,13 @@ def run(args: argparse.Namespace, cluster: ClusterInfo, namespace: str, nodes: i
             },
             "operator_api_requests_per_object": round(requests_total / args.count, 2),
             "operator_api_requests_by_verb": {k: after_create.get(k, 0) - before.get(k, 0) for k in after_create},
-            "operator_rss_mib": round(usage.rss_mib, 1),
-            "operator_cpu_seconds": round(usage.cpu_seconds, 1),
+            "operator_rss_mib": round(sum(u.rss_mib for u in usages), 1),
+            "largest_operator_rss_mib": round(max(u.rss_mib for u in usages), 1),
+            "operator_cpu_seconds": round(sum(u.cpu_seconds for u in usages), 1),
             "steady_state_writes_per_minute": round(idle_writes * 60 / args.steady_seconds, 2),
             "nodes": nodes,
             "workers": args.workers,
+            "shards": args.shards,
         }
         print(json.dumps(figures, indent=2))
 

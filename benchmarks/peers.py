@@ -92,6 +92,8 @@ def main() -> None:
     parser.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES), help=phases)
     parser.add_argument("--scale", type=int, default=1000, help="fleets per controller in the scale phase")
     parser.add_argument("--idle", type=float, default=300.0, help="seconds the scale phase counts idle writes")
+    parser.add_argument("--scale-controllers", nargs="+", choices=CONTROLLERS, default=list(CONTROLLERS),
+                        help="the controllers of the scale phase, in this order")  # fmt: skip
     args = parser.parse_args()
     if args.quick:
         args.trials, args.side_trials, args.settings, args.observe = 3, 1, ["tuned"], 600.0

@@ -335,7 +335,7 @@ def scale_phase(args: argparse.Namespace, cluster: Any, api: Any, binaries: dict
     str, Any]:  # fmt: skip
     """`--scale` fleets of each controller, one controller at a time (see fleetscale.py)."""
     figures = {}
-    for controller in CONTROLLERS:
+    for controller in args.scale_controllers:
         namespace = f"scale-{controller}-{free_port()}"
         command, ready_url = controller_command(controller, binaries, cluster, namespace)
         serving = functools.partial(serve, controller, command, ready_url, {"POD_NAMESPACE": namespace}, work)

@@ -72,11 +72,18 @@ def scale_table(scale: dict[str, dict[str, Any]], nodes: int) -> str:
 def scale_ratios(scale: dict[str, dict[str, Any]]) -> dict[str, float | None]:
     """specfleet's figure over each peer's, for time, CPU, memory and requests."""
     mine = scale.get("specfleet", {})
+
+    def figure(figures: dict[str, Any], key: str) -> Any:
+        if key == "per_object_p50_seconds":
+            return (figures.get("per_object_seconds") or {}).get("p50")
+        return figures.get(key)
+
+    keys = ("all_converged_seconds", "per_object_p50_seconds", "cpu_seconds", "peak_rss_mib", "api_requests_per_object")
     return {
-        f"{key} / {peer}": ratio(mine.get(key), scale[peer].get(key))
+        f"{key} / {peer}": ratio(figure(mine, key), figure(scale[peer], key))
         for peer in CONTROLLERS[1:]
         if peer in scale
-        for key in ("all_converged_seconds", "cpu_seconds", "peak_rss_mib", "api_requests_per_object")
+        for key in keys
     }
 
 

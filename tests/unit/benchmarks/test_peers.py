@@ -157,9 +157,18 @@ def test_outcomes_read_from_each_controllers_status(controller: str, status: dic
 def test_the_scale_table_puts_figures_side_by_side_with_specfleets_ratios() -> None:
     figures = {"objects": 10, "all_converged_seconds": 20.0, "cpu_seconds": 4.0, "peak_rss_mib": 100.0,
                "api_requests_per_object": 5.0, "idle_writes_per_minute": 0.0, "idle_reads_per_minute": 0.0}  # fmt: skip
-    scale = {"specfleet": figures, "argo": {**figures, "all_converged_seconds": 40.0, "api_requests_per_object": 0}}
+    scale = {
+        "specfleet": {**figures, "per_object_seconds": {"p50": 3.0, "p95": 9.0}},
+        "argo": {
+            **figures,
+            "all_converged_seconds": 40.0,
+            "api_requests_per_object": 0,
+            "per_object_seconds": {"p50": 12.0},
+        },
+    }
     ratios = peers_report.scale_ratios(scale)
     assert ratios["all_converged_seconds / argo"] == 0.5 and ratios["cpu_seconds / argo"] == 1.0
+    assert ratios["per_object_p50_seconds / argo"] == 0.25
     assert ratios["api_requests_per_object / argo"] is None  # no ratio over zero
     assert not any("flagger" in name for name in ratios)  # a controller not measured has no ratio
     table = peers_report.scale_table(scale, nodes=4)
