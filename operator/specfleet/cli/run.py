@@ -62,8 +62,8 @@ def run(
     ] = 1,
     shard: Annotated[int, typer.Option(min=0, help="Which of the --shards this process is (0 .. N-1).")] = 0,
     workers: Annotated[
-        int, typer.Option(min=1, max=64, help="Objects reconciled at once (docs/benchmarks.md: no faster above 8).")
-    ] = 8,
+        int, typer.Option(min=1, max=64, help="Objects reconciled at once (docs/benchmarks.md: more than 4 no faster).")
+    ] = 4,
     resync: Annotated[
         float, typer.Option(min=5, help="Seconds between two looks at an object when nothing happens.")
     ] = 300.0,

@@ -179,7 +179,7 @@ def api_connections(workers: int) -> int:
 
 @dataclass
 class OperatorOptions:
-    workers: int = 8
+    workers: int = 4
     resync_seconds: float = 300.0
     metrics_port: int | None = None
     prometheus_url: str | None = None
