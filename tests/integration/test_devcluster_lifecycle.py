@@ -170,11 +170,17 @@ def leftovers(session: int, state: Path) -> list[tuple[int, str]]:
     return processes(lambda sid, command: sid == session or str(state) in command)
 
 
-def test_a_benchmark_run_leaves_no_process_behind(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("script", "args", "done"),
+    [
+        ("create_many.py", ["--steady-seconds", "1", "--timeout", "240"], '"healthy": 2'),
+        ("cluster_floor.py", ["--timeout", "240"], '"available": 2'),
+    ],
+)
+def test_a_benchmark_run_leaves_no_process_behind(tmp_path: Path, script: str, args: list[str], done: str) -> None:
     state = tmp_path / "bench-state"
     run = subprocess.Popen(
-        [sys.executable, str(ROOT / "benchmarks" / "create_many.py"), "--count", "2", "--steady-seconds", "1",
-         "--state-dir", str(state), "--timeout", "240"],
+        [sys.executable, str(ROOT / "benchmarks" / script), "--count", "2", "--state-dir", str(state), *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         env={**os.environ, "TMPDIR": str(tmp_path)},  # its log directory too
     )  # fmt: skip
@@ -184,7 +190,7 @@ def test_a_benchmark_run_leaves_no_process_behind(tmp_path: Path) -> None:
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
     assert run.returncode == 0, err[-3000:]
-    assert '"healthy": 2' in out, err[-3000:]
+    assert done in out, err[-3000:]
     assert "stopped (6 processes)" in err, err[-3000:]
     assert leftovers(run.pid, state) == [], err[-3000:]
     assert not state.exists()
