@@ -53,6 +53,10 @@ ROLLOUT: dict[str, Any] = {
     "guardrails": {"minAcceptanceAlpha": 0.6, "maxTokenLatencyP95Regression": 0.1, "minDraftTokens": 200},
     "progressDeadline": "5m",
 }
+ACT_SECONDS = 1200.0
+"""Longest an act may take. Act 2's promotion has to show a canary's per-token p95 within +10% of stable's: on a
+quiet 2-core machine that took 4 to 10 minutes (the bound narrows to +-10% only after ~3,400 canary requests at the
+first step), and more when the machine is busy."""
 ACTS = [
     (
         "a draft-model config on MI300X goes Healthy",
@@ -217,7 +221,9 @@ class Demo:
             raise TypeError(f"{NAMESPACE}/{NAME}: the API answered {type(obj).__name__}, not an object")
         return obj.get("status") or {}
 
-    def _follow(self, custom: kubernetes.client.CustomObjectsApi, expect_canary: bool, timeout: float = 720) -> str:
+    def _follow(
+        self, custom: kubernetes.client.CustomObjectsApi, expect_canary: bool, timeout: float = ACT_SECONDS
+    ) -> str:
         """Print the timeline until the act ends (Healthy without a canary, or a rollback)."""
         timeline = Timeline(self.console)
         deadline = time.monotonic() + timeout

@@ -11,11 +11,11 @@ from specfleet.devcluster.cluster import ClusterInfo
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.timeout(1500)
+@pytest.mark.timeout(2700)
 def test_the_demo_plays_its_three_acts(dev_cluster: ClusterInfo) -> None:
     environment = {**os.environ, "SPECFLEET_STATE_DIR": str(dev_cluster.state_dir), "COLUMNS": "200"}
     result = subprocess.run(
-        [sys.executable, "-m", "specfleet.cli", "demo"], capture_output=True, text=True, timeout=1400, env=environment
+        [sys.executable, "-m", "specfleet.cli", "demo"], capture_output=True, text=True, timeout=2600, env=environment
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summary = result.stdout.split(" summary ", 1)[1].split("\n", 1)[1]  # the lines after the summary rule
