@@ -7,7 +7,6 @@ simulation-only benchmarks (judge_roc, autotune_regret) can use the rest without
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from specfleet.api.vocabulary import API_VERSION, GROUP, KIND, PLURAL
 from specfleet.devcluster.process import signals_as_interrupts, signals_deferred, signals_ignored
+from specfleet.fleetpods.loopback import free_port
 
 if TYPE_CHECKING:
     from specfleet.devcluster.cluster import ClusterInfo
@@ -66,12 +66,6 @@ def one_replica_fleet(name: str, speculative: dict[str, Any], **spec: Any) -> di
             **spec,
         },
     }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_until(what: str, check: Callable[[], bool], timeout: float, *, interval: float = 2.0) -> None:

@@ -2,7 +2,6 @@
 simulator), API shortcuts, manifests and the canary scenario the analysis tests share."""
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import yaml
 
 from specfleet.api.vocabulary import API_VERSION, GROUP, KIND, PLURAL, VERSION
 from specfleet.devcluster.cluster import ClusterInfo
+from specfleet.fleetpods.loopback import free_port
 
 T = TypeVar("T")
 
@@ -186,12 +186,6 @@ SCRAPE_SECONDS = 5
 """The dev cluster's Prometheus scrape interval (`specfleet dev up --scrape-interval`, default 5s)."""
 PLAIN = {"method": "none"}
 EAGLE3_K5 = {"method": "eagle3", "model": GOOD_DRAFTER, "revision": "main", "numSpeculativeTokens": 5}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Simulator:

@@ -43,6 +43,26 @@ def shard_operator(cluster: ClusterInfo, namespace: str, log: Path, shards: int,
     return Operator(cluster, namespace, log, extra=(*election, *more))
 
 
+def two_shards_with(
+    fleets: list[str],
+    cluster: ClusterInfo,
+    namespace: str,
+    fleet: Fleet,
+    operators: list[Operator],
+    logs: Path,
+    *shard0_args: str,
+) -> tuple[Operator, Operator]:
+    """Shards 0 and 1 of 2 running (each with leader election), then `fleets` applied: one replica each."""
+    shard0 = shard_operator(cluster, namespace, logs / "shard0.log", 2, 0, *shard0_args)
+    shard1 = shard_operator(cluster, namespace, logs / "shard1.log", 2, 1)
+    operators += [shard0, shard1]
+    for running in operators:
+        running.start()
+    for name in fleets:
+        fleet.apply(sdep(name, replicas=1, engine={"tensorParallelSize": 1}))
+    return shard0, shard1
+
+
 @pytest.fixture
 def operators(
     dev_cluster: ClusterInfo, crd_installed: None, namespace: str, tmp_path: Path
@@ -89,13 +109,10 @@ def test_two_shards_split_the_fleets_and_hand_them_over_safely(
 ) -> None:
     names = fleet_names(namespace)
     metrics = free_port()
-    shard0 = shard_operator(dev_cluster, namespace, tmp_path / "shard0.log", 2, 0, "--metrics-port", str(metrics))
-    shard1 = shard_operator(dev_cluster, namespace, tmp_path / "shard1.log", 2, 1)
-    operators += [shard0, shard1]
-    for running in operators:
-        running.start()
-    for name in names[0] + names[1]:
-        fleet.apply(sdep(name, replicas=1, engine={"tensorParallelSize": 1}))
+    everyone = names[0] + names[1]
+    shard0, shard1 = two_shards_with(
+        everyone, dev_cluster, namespace, fleet, operators, tmp_path, "--metrics-port", str(metrics)
+    )
 
     # each fleet is reconciled, and stamped by the shard it hashes to; neither shard claims the other's
     for shard, running in ((0, shard0), (1, shard1)):
@@ -159,13 +176,7 @@ def test_back_to_one_process_without_leader_election_keeps_off_live_shards(
     its shard while that shard's Lease is live, and unstamps and takes it once the shard stopped (released: at once;
     SIGKILLed: once the Lease expired)."""
     names = fleet_names(namespace, per_shard=2)
-    shard0 = shard_operator(dev_cluster, namespace, tmp_path / "shard0.log", 2, 0)
-    shard1 = shard_operator(dev_cluster, namespace, tmp_path / "shard1.log", 2, 1)
-    operators += [shard0, shard1]
-    for running in operators:
-        running.start()
-    for name in names[0] + names[1]:
-        fleet.apply(sdep(name, replicas=1, engine={"tensorParallelSize": 1}))
+    shard0, shard1 = two_shards_with(names[0] + names[1], dev_cluster, namespace, fleet, operators, tmp_path)
     for name in names[0] + names[1]:
         wait_for(f"{name} Healthy and stamped", lambda name=name: converged(fleet, name) and stamp_of(fleet, name), 120)
     stamps = {name: stamp_of(fleet, name) for name in names[0] + names[1]}
@@ -205,12 +216,7 @@ def test_a_label_moves_a_fleet_to_the_shard_it_names(
     it with the children it had dropped as another shard's (listed on the way in, not created twice); a label that
     names no shard is ignored and said once."""
     name = fleet_names(namespace, per_shard=1)[0][0]
-    shard0 = shard_operator(dev_cluster, namespace, tmp_path / "shard0.log", 2, 0)
-    shard1 = shard_operator(dev_cluster, namespace, tmp_path / "shard1.log", 2, 1)
-    operators += [shard0, shard1]
-    for running in operators:
-        running.start()
-    fleet.apply(sdep(name, replicas=1, engine={"tensorParallelSize": 1}))
+    shard0, shard1 = two_shards_with([name], dev_cluster, namespace, fleet, operators, tmp_path)
     wait_for(f"{name} Healthy", lambda: converged(fleet, name) and stamp_of(fleet, name), SHARD_TIMEOUT)
     assert (stamp_of(fleet, name) or Stamp("", "", "")).lease == f"{BASE}-shard-0-of-2"
     children = {n: d.metadata.uid for n, d in fleet.deployments().items()}

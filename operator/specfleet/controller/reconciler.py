@@ -276,7 +276,7 @@ class Reconciler:
             return False
         now = time.monotonic()
         for kind, name in list(expected):
-            if name in self.store.children(kind, key) or expected[kind, name] < now:
+            if self.store.has_child(kind, key, name) or expected[kind, name] < now:
                 del expected[kind, name]
         if not expected:
             del self._expected[key]

@@ -1,8 +1,13 @@
 """The dev engines' HTTP servers: loopback only, and ready for a load test's bursts of connections."""
 
+import logging
 import socket
-from http.server import ThreadingHTTPServer
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from ipaddress import IPv4Address
+from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 class ListenError(ValueError):
@@ -44,3 +49,17 @@ class LoopbackServer(ThreadingHTTPServer):
     def url(self) -> str:
         host, port = self.server_address[:2]
         return f"http://{host!s}:{port}"
+
+
+class LoopbackHandler(BaseHTTPRequestHandler):
+    """What every dev engine's handler does alike: access lines at debug level, whole answers with a length."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def _send(self, status: HTTPStatus | int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)

@@ -9,18 +9,13 @@ pod is passed on as it is (`/v1/completions`, `/v1/models`, `/metrics`), the bod
     GET /healthz
 """
 
-import logging
 import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler
-from typing import Any
 
-from specfleet.fleetpods.loopback import LoopbackServer
-
-log = logging.getLogger(__name__)
+from specfleet.fleetpods.loopback import LoopbackHandler, LoopbackServer
 
 DEFAULT_PORT = 18001
 """Beside the simulator's 18000, so both can run on one machine."""
@@ -41,19 +36,9 @@ def pod_route(path: str) -> tuple[str, str, str] | None:
     return None
 
 
-def _handler(address_of: PodAddress) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+def _handler(address_of: PodAddress) -> type[LoopbackHandler]:
+    class Handler(LoopbackHandler):
         server_version = "specfleet-vllm-front"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("%s " + format, self.address_string(), *args)
-
-        def _send(self, status: int, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
 
         def _forward(self, method: str) -> None:
             if self.path == "/healthz":

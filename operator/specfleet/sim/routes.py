@@ -14,11 +14,11 @@ import json
 import logging
 from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler
 from typing import Any, Protocol
 
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
+from specfleet.fleetpods.loopback import LoopbackHandler
 from specfleet.sim import completions
 from specfleet.sim.completions import CompletionError, CompletionRequest
 from specfleet.sim.scenario import Scenario, ScenarioError, dump_scenario, load_scenario
@@ -77,19 +77,9 @@ class SimulatorApi(Protocol):
     def open_completion(self, route: OpenAIRoute, request: CompletionRequest) -> CompletionStream: ...
 
 
-def handler_for(sim: SimulatorApi) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+def handler_for(sim: SimulatorApi) -> type[LoopbackHandler]:
+    class Handler(LoopbackHandler):
         server_version = "specfleet-sim"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            log.debug("%s " + format, self.address_string(), *args)
-
-        def _send(self, status: HTTPStatus, body: bytes, content_type: str = "text/plain; charset=utf-8") -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
 
         def _send_json(self, status: HTTPStatus, document: Any) -> None:
             self._send(status, json.dumps(document).encode(), "application/json")
