@@ -65,7 +65,11 @@ def test_a_drafter_that_breaks_tool_calls_is_rolled_back_naming_the_guardrail(
         f"{TOOL_CALLS_PARSED} / {TOOL_CALLS}" in outcome["reason"] and "lower bound > limit 2.00%" in outcome["reason"]
     )
     checks = {c["guardrail"]: c for c in status["lastAnalysis"]["checks"]}
-    assert checks[CHECK]["verdict"] == "Fail" and checks[CHECK]["estimate"] == pytest.approx(0.19, abs=0.05)
+    check = checks[CHECK]
+    print(f"its check: {check}")
+    # What the user has (99% parsed on stable, 80% on the canary: a fall of 0.19) lies within the bounds the
+    # check reports: the estimate itself is as noisy as the few hundred tool calls a first look has.
+    assert check["verdict"] == "Fail" and check["lower"] <= 0.99 - 0.80 <= check["upper"], check
     plugin = subprocess.run(  # what `kubectl specfleet status llama` runs, at a terminal's width
         [sys.executable, "-m", "specfleet.cli", "status", "llama", "-n", fleet.namespace,
          "--kubeconfig", str(fleet.cluster.kubeconfig)],
