@@ -39,8 +39,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from judge_roc import Snapshot, _worker_started, evidence, snapshot
-
 from specfleet.api.durations import parse_duration
 from specfleet.api.spec import (
     DEFAULT_MIN_IMPROVEMENT,
@@ -59,6 +57,7 @@ from specfleet.sim.engine import Engine
 from specfleet.sim.oracle import Setup, token_latency
 
 from benchkit import markdown_table
+from judge_roc import Snapshot, _worker_started, evidence, snapshot
 
 GOAL = 0.97
 BUCKET_ARGS = ("--custom-histogram-buckets", json.dumps({"inter_token_latency": FINE_ITL_BUCKETS}))

@@ -1,5 +1,5 @@
-"""What the benchmark scripts share: a cluster with the CRD installed, processes, waits, ports, percentiles,
-markdown tables.
+"""What the benchmark scripts share: a cluster with the CRD installed, a Prometheus of one's own, processes,
+waits, ports, percentiles, markdown tables.
 
 The cluster's modules (the Kubernetes library, the dev cluster) load where a cluster is made, so the
 simulation-only benchmarks (judge_roc, autotune_regret) can use the rest without paying for them.
@@ -137,6 +137,65 @@ def cluster_session(state_dir: Path, mi300x_nodes: int, *, keep: bool = False) -
                 else:
                     stopped = down(state_dir)
                     print(f"dev cluster in {state_dir} stopped ({len(stopped)} processes)", file=sys.stderr)
+
+
+class PrivatePrometheus:
+    """A real Prometheus of its own over the file_sd target files in `targets` (the dev cluster's directory, or
+    one run's simulator's), which its owner may stop or pause without disturbing anyone sharing the cluster."""
+
+    def __init__(self, targets: Path, workdir: Path, *, scrape_interval: str = "5s") -> None:
+        import urllib.request
+
+        import yaml
+
+        from specfleet.devcluster.binaries import find_prometheus
+
+        workdir.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        config = {
+            "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
+            "scrape_configs": [
+                {
+                    "job_name": "vllm",
+                    "file_sd_configs": [{"files": [f"{targets}/*.json"], "refresh_interval": scrape_interval}],
+                }
+            ],
+        }
+        (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+        command = [
+            str(find_prometheus()),
+            f"--config.file={workdir / 'prometheus.yml'}",
+            f"--storage.tsdb.path={workdir / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ]
+        self._log = (workdir / "prometheus.log").open("wb")
+        self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
+
+        def ready() -> bool:
+            try:
+                return urllib.request.urlopen(f"{self.url}/-/ready", timeout=2).status == 200
+            except OSError:
+                return False
+
+        try:
+            wait_until("Prometheus ready", ready, timeout=60, interval=0.5)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        """Stop it (a paused one too) and reap it; again is harmless."""
+        if self.process.poll() is None:
+            self.process.kill()  # SIGKILL ends a SIGSTOPped process too; nothing in its data is kept
+            self.process.wait(timeout=30)
+        self._log.close()
+
+    def __enter__(self) -> "PrivatePrometheus":
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
 
 
 @contextlib.contextmanager

@@ -1,8 +1,10 @@
 """Chaos: canaries of every kind while faults strike at random moments, every canary checked when it ends.
 
-A dev cluster of its own, the real Prometheus, the simulator, and two operator replicas with leader
-election. Canaries run in waves (`--parallel` at a time), one per fleet; each fleet is created on a
-plain stable config and changed once. Every other fleet splits its traffic with an HTTPRoute of its own
+A real Prometheus, the simulator, GPU nodes and two operator replicas with leader election, all the run's
+own: the faults strike only them, so the short version runs beside other tests on a shared dev cluster
+(API server and etcd restarts, `--component-restarts`, strike the whole cluster: the benchmark's own).
+Canaries run in waves (`--parallel` at a time), one per fleet; each fleet is created on a plain stable
+config and changed once. Every other fleet splits its traffic with an HTTPRoute of its own
 (Gateway API's CRD is installed; no gateway controller), the others by replicas behind one Service.
 What each kind has, and its undisturbed outcome:
 
@@ -67,7 +69,7 @@ from specfleet.api.vocabulary import GROUP, LABEL_NAME, LABEL_REVISION, LABEL_TR
 from specfleet.devcluster.gateway import install_httproute_crd
 from specfleet.devcluster.nodes import pool_of_its_own
 
-from benchkit import cluster_session, free_port, one_replica_fleet
+from benchkit import PrivatePrometheus, cluster_session, free_port, one_replica_fleet
 
 EXPECTED = {
     "good": "Promoted",
@@ -78,6 +80,9 @@ EXPECTED = {
     "swap": "Promoted",
 }
 SWAP_REPLICAS = 2
+POOL_PRODUCT = "AMD_Instinct_MI300X_OAM_chaos"
+"""The product name of the run's own MI300X nodes: only its fleets accept it, so a node it deletes holds no
+one else's pods."""
 """A swap fleet's replicas: every GPU of its own node (`pool_of_its_own`)."""
 GOOD_DRAFTER = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
 PLAIN = {"method": "none"}
@@ -184,7 +189,16 @@ def initial_fleet(canary: "Canary") -> dict[str, Any]:
             canary.name, PLAIN, replicas=SWAP_REPLICAS, rollout=rollout, engine={"tensorParallelSize": 1},
             accelerator=accelerator,
         )  # fmt: skip
-    return one_replica_fleet(canary.name, PLAIN, rollout=rollout, engine={"tensorParallelSize": 1})
+    accelerator = {"productNames": [POOL_PRODUCT]}
+    return one_replica_fleet(canary.name, PLAIN, rollout=rollout, engine={"tensorParallelSize": 1},
+                             accelerator=accelerator)  # fmt: skip
+
+
+def pool(namespace: str, canaries: int, parallel: int) -> list[dict[str, Any]]:
+    """The run's own MI300X nodes: a GPU for the stable and the canary pod of every canary in flight, and a
+    node to spare for the pods of a deleted one."""
+    in_flight = min(canaries, parallel)
+    return pool_of_its_own(f"chaos-{namespace}", POOL_PRODUCT, -(-2 * in_flight // 8) + 1, network=64)
 
 
 def full_pool_product(name: str) -> str:
@@ -322,10 +336,11 @@ class Injector:
         ops: list[Replica],
         live: Callable[[], list[Canary]],
         world: World,
+        prometheus: PrivatePrometheus,
         work: Path,
     ) -> None:
         self.args, self.cluster, self.namespace, self.ops, self.live = args, cluster, namespace, ops, live
-        self.world = world
+        self.world, self.prometheus = world, prometheus
         self.api = cluster.api_client()
         self.core = kubernetes.client.CoreV1Api(self.api)
         self.apps = kubernetes.client.AppsV1Api(self.api)
@@ -335,6 +350,7 @@ class Injector:
         self.faults: Counter[str] = Counter()
         self.edits: Counter[str] = Counter()
         self.broken_scrapes: Counter[str] = Counter()
+        self.deleted_nodes: list[str] = []
         self.undo: list[threading.Timer] = []
         """Faults that end later (Prometheus continued, a node put back): all ended at once by `finish`."""
         self.takeovers: list[float] = []
@@ -403,12 +419,7 @@ class Injector:
         self._kill(leader=False)
 
     def stop_prometheus(self) -> None:
-        from specfleet.devcluster.process import read_record
-
-        record = read_record(self.cluster.state_dir / "pids" / "prometheus.pid")
-        if record is None:
-            raise RuntimeError("no Prometheus process recorded")
-        pid = record.pid
+        pid = self.prometheus.process.pid
         seconds = self.random.uniform(30, 180) if not self.args.quick else 30
         os.kill(pid, signal.SIGSTOP)
         self._later(seconds, lambda: os.kill(pid, signal.SIGCONT))
@@ -455,6 +466,7 @@ class Injector:
         held = manifest.get("status") or {}  # capacity lives in status (kwok nodes have no kubelet to report it)
         manifest["status"] = {k: held[k] for k in ("capacity", "allocatable") if k in held}
         self.core.delete_node(node.metadata.name)
+        self.deleted_nodes.append(node.metadata.name)
 
         def put_back() -> None:
             with contextlib.suppress(*API_TROUBLE):
@@ -526,30 +538,40 @@ def play(args: argparse.Namespace, cluster: Any, namespace: str, work: Path) -> 
     random.Random(args.seed).shuffle(kinds)
     canaries = [Canary(f"c{i:03d}-{kind}", kind, routed=i % 2 == 1) for i, kind in enumerate(kinds)]
     install_httproute_crd(cluster)
-    scenario_file = work / "scenario.yaml"
+    scenario_file, targets = work / "scenario.yaml", work / "file_sd"
+    targets.mkdir(exist_ok=True)
     sim_url = f"http://127.0.0.1:{free_port()}"
     world = World(sim_url, scenario_file)
     sim = [sys.executable, "-m", "specfleet.cli", "sim", "--scenario", str(scenario_file), "--kubeconfig",
-           str(cluster.kubeconfig), "--file-sd-dir", str(cluster.file_sd_dir), "--namespace", namespace,
+           str(cluster.kubeconfig), "--file-sd-dir", str(targets), "--namespace", namespace,
            "--listen", sim_url.removeprefix("http://"), "--seed", str(args.seed)]  # fmt: skip
-    operator = [sys.executable, "-m", "specfleet.cli", "run", "--namespace", namespace, "--liveness", "",
-                "--kubeconfig", str(cluster.kubeconfig), "--prometheus-url", cluster.prometheus_url,
-                "--leader-election", f"{namespace}/{LEASE}", "--resync", "30"]  # fmt: skip
+    nodes = pool(namespace, len(canaries), args.parallel)
     began = time.monotonic()
-    with replicas("simulator", [sim], work), replicas("operator", [operator, operator], work) as ops:
+    try:
+        for node in nodes:
+            created(core.create_node, node)
+        with PrivatePrometheus(targets, work / "prometheus") as prometheus, replicas("simulator", [sim], work):
+            operator = [sys.executable, "-m", "specfleet.cli", "run", "--namespace", namespace, "--liveness", "",
+                        "--kubeconfig", str(cluster.kubeconfig), "--prometheus-url", prometheus.url,
+                        "--leader-election", f"{namespace}/{LEASE}", "--resync", "30"]  # fmt: skip
+            with replicas("operator", [operator, operator], work) as ops:
 
-        def live() -> list[Canary]:
-            return [c for c in canaries if c.state != "done"]
+                def live() -> list[Canary]:
+                    return [c for c in canaries if c.state != "done"]
 
-        injector = Injector(args, cluster, namespace, ops, live, world, work)
-        striker = threading.Thread(target=injector.run, daemon=True)
-        striker.start()
-        try:
-            drive(args, canaries, custom, core, apps, namespace, world, lambda: injector.fatal)
-        finally:
-            injector.stop.set()
-            striker.join(timeout=300)
-            injector.finish()
+                injector = Injector(args, cluster, namespace, ops, live, world, prometheus, work)
+                striker = threading.Thread(target=injector.run, daemon=True)
+                striker.start()
+                try:
+                    drive(args, canaries, custom, core, apps, namespace, world, lambda: injector.fatal)
+                finally:
+                    injector.stop.set()
+                    striker.join(timeout=300)
+                    injector.finish()
+    finally:
+        for node in nodes:
+            with contextlib.suppress(*API_TROUBLE):
+                core.delete_node(node["metadata"]["name"])
     matched = [c for c in canaries if c.outcome == EXPECTED[c.kind]]
     return {
         "settings": {
@@ -560,6 +582,7 @@ def play(args: argparse.Namespace, cluster: Any, namespace: str, work: Path) -> 
         "faults": dict(sorted(injector.faults.items())),
         "child_edits": dict(sorted(injector.edits.items())),
         "broken_scrapes": dict(sorted(injector.broken_scrapes.items())),
+        "deleted_nodes": injector.deleted_nodes,
         "faults_not_struck": injector.errors[:20],
         "run_ended_early": injector.fatal,
         "outcomes_matching": f"{len(matched)}/{len(canaries)}",
@@ -690,8 +713,7 @@ def main() -> None:
     args = parse_args()
     work = Path(tempfile.mkdtemp(prefix="specfleet-chaos-"))
     print(f"logs in {work}", file=sys.stderr)
-    nodes = max(4, -(-2 * min(args.parallel, args.canaries) // 8) + 3)
-    with cluster_session(args.state_dir, nodes, keep=args.keep) as (cluster, namespace):
+    with cluster_session(args.state_dir, 1, keep=args.keep) as (cluster, namespace):  # the run brings its own nodes
         print(json.dumps(play(args, cluster, namespace, work), indent=2))
 
 

@@ -20,12 +20,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import judge_roc
-
 from specfleet.api.spec import Guardrails
 from specfleet.judge import TrackEvidence, speedup
 from specfleet.sim.engine import Engine
 from specfleet.sim.oracle import Setup, token_latency
+
+import judge_roc
 
 ALPHA, K = 0.5, 6
 PHASES = ((20, 8.0), (20, 25.0), (20, 35.0))

@@ -43,13 +43,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import fleetscale
+from benchkit import ROOT, cluster_session
 from peers_fleets import CONTROLLERS, PHASES, SETTINGS, SETUPS
 from peers_install import install_peer_crds, peer_binaries
 from peers_phases import rollback_phases, scale_phase
 from peers_report import plot, ratios, scale_ratios, scale_table, table
-
-import fleetscale
-from benchkit import ROOT, cluster_session
 
 
 def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:

@@ -16,6 +16,11 @@ from typing import Any
 import kubernetes
 import urllib3
 import yaml
+
+from specfleet.api.vocabulary import GROUP, LABEL_TRACK, PLURAL, VERSION, Track
+
+import fleetscale
+from benchkit import background, free_port, wait_until
 from peers_fleets import (
     AA_OBSERVE_SECONDS,
     ARGO,
@@ -42,11 +47,6 @@ from peers_fleets import (
 )
 from peers_install import controller_command
 from peers_report import checkpoint, collect
-
-from specfleet.api.vocabulary import GROUP, LABEL_TRACK, PLURAL, VERSION, Track
-
-import fleetscale
-from benchkit import background, free_port, wait_until
 
 
 @dataclass

@@ -6,9 +6,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from peers_fleets import CONTROLLERS, Fleet
-
 from benchkit import percentile
+from peers_fleets import CONTROLLERS, Fleet
 
 
 def summarize(times: list[float]) -> dict[str, float | None]:

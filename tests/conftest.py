@@ -4,8 +4,8 @@ wait on simulations and servers that run in wall time, so they run side by side 
 - The cluster is started by the first worker that needs it and stopped, if this run started it, by the
   controller once every worker is done (a worker cannot know that the others are).
 - Real vLLM servers take ~4.3 GiB each: the `vllm` tests run on one worker, one after another.
-- A test that acts on what every test shares (`cluster_wide`: an operator over every namespace, chaos on the
-  shared Prometheus and nodes) runs alone, after the other integration tests, beside the unit tests.
+- A test that acts on what every test shares (`cluster_wide`: an operator over every namespace) runs alone,
+  after the other integration tests, beside the unit tests.
 - The longest tests are handed out first, by the durations the last run on this machine recorded (under the
   cache directory, outside the repo), so no long test starts last while the other workers sit idle. Without
   a record, real vLLM goes first, then the other integration tests, then unit tests.

@@ -7,23 +7,20 @@ number Prometheus should show; a test changes it at run time through its control
 """
 
 import json
-import subprocess
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from specfleet.controller.analysis import scraped_seconds
-from specfleet.devcluster.binaries import find_prometheus
 from specfleet.devcluster.cluster import ClusterInfo
 from specfleet.metrics import names, promql
 from specfleet.metrics.prometheus import Prometheus
 from specfleet.metrics.promql import TrackSelector
 
+from benchkit import PrivatePrometheus
 from fleetkit import (
     EAGLE3_K5,
     GOOD_DRAFTER,
@@ -35,7 +32,6 @@ from fleetkit import (
     Operator,
     Simulator,
     canaried,
-    free_port,
     sdep,
     start_canary,
     wait_for,
@@ -267,50 +263,10 @@ def test_a_drafter_that_turns_bad_after_the_first_step_is_caught(
     assert "acceptance alpha" in last_outcome(fleet)["reason"]
 
 
-class PrivatePrometheus:
-    """A second real Prometheus over the same file_sd targets, which a test may stop."""
-
-    def __init__(self, cluster: ClusterInfo, workdir: Path) -> None:
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        config = {
-            "global": {"scrape_interval": "5s", "evaluation_interval": "5s"},
-            "scrape_configs": [
-                {
-                    "job_name": "vllm",
-                    "file_sd_configs": [{"files": [f"{cluster.file_sd_dir}/*.json"], "refresh_interval": "5s"}],
-                }
-            ],
-        }
-        (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-        command = [
-            str(find_prometheus()),
-            f"--config.file={workdir / 'prometheus.yml'}",
-            f"--storage.tsdb.path={workdir / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ]
-        self.log = (workdir / "prometheus.log").open("wb")
-        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
-        wait_for("Prometheus ready", self._ready, timeout=60)
-
-    def _ready(self) -> bool:
-        try:
-            return urllib.request.urlopen(f"{self.url}/-/ready", timeout=2).status == 200
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=30)
-        self.log.close()
-
-
 def test_prometheus_going_away_holds_the_rollout_then_follows_the_policy(
     operator: Operator, simulator: Simulator, fleet: Fleet, dev_cluster: ClusterInfo, tmp_path: Path
 ) -> None:
-    prometheus = PrivatePrometheus(dev_cluster, tmp_path)
-    try:
+    with PrivatePrometheus(dev_cluster.file_sd_dir, tmp_path) as prometheus:
         rollout = {**ROLLOUT, "steps": [{"weight": 50, "pause": {"duration": "5m"}}]}
         fleet.apply(sdep(rollout=rollout, prometheus={"url": prometheus.url}))
         stable = wait_for("Healthy", fleet.phase_is("llama", "Healthy"), timeout=90)["stableRevision"]
@@ -332,5 +288,3 @@ def test_prometheus_going_away_holds_the_rollout_then_follows_the_policy(
         assert "Prometheus" in held["lastAnalysis"]["reasons"][0]
         wait_for("the onProviderError policy (Rollback after 20s)", fleet.phase_is("llama", "RolledBack"), timeout=90)
         assert "Prometheus errors for 20s" in last_outcome(fleet)["reason"]
-    finally:
-        prometheus.stop()

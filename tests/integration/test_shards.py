@@ -134,8 +134,7 @@ def test_two_shards_split_the_fleets_and_hand_them_over_safely(
     resized.start()
     for name in names[1]:
         wait_for(f"{name} taken over", lambda name=name: (stamp_of(fleet, name) or stamps[name]).lease == BASE, 90)
-        taken = claimed_at(resized, namespace, name)
-        assert taken is not None
+        taken = wait_for(f"{name}'s claim logged", lambda name=name: claimed_at(resized, namespace, name), 30)
         assert (taken - last_renewal).total_seconds() >= LEASE_SECONDS, (taken, last_renewal)
     # ... and never shard 0's, whose Lease it saw held all along (it looked: the log says it waits)
     assert {name: stamp_of(fleet, name) for name in names[0]} == {name: stamps[name] for name in names[0]}
@@ -156,8 +155,8 @@ def test_two_shards_split_the_fleets_and_hand_them_over_safely(
     assert not lease(fleet, f"{BASE}-shard-0-of-2").holder_identity, "a clean stop releases the Lease"
     for name in names[0]:
         wait_for(f"{name} taken over", lambda name=name: (stamp_of(fleet, name) or stamps[name]).lease == BASE, 60)
-        taken = claimed_at(resized, namespace, name)
-        assert taken is not None and (taken - stopped_at).total_seconds() < LEASE_SECONDS, (taken, stopped_at)
+        taken = wait_for(f"{name}'s claim logged", lambda name=name: claimed_at(resized, namespace, name), 30)
+        assert (taken - stopped_at).total_seconds() < LEASE_SECONDS, (taken, stopped_at)
     fleet.patch_spec(names[0][1], {"rollout": {"steps": [{"weight": 50, "pause": {"duration": "4s"}}]}})
     wait_for(f"{names[0][1]} to observe its new generation", lambda: converged(fleet, names[0][1]), SHARD_TIMEOUT)
     stamp = stamp_of(fleet, names[0][1])
@@ -193,8 +192,8 @@ def test_back_to_one_process_without_leader_election_keeps_off_live_shards(
     shard0.stop()  # releases its Lease: its fleets are unstamped and taken at once
     for name in names[0]:
         wait_for(f"{name} unstamped", lambda name=name: stamp_of(fleet, name) is None, 60)
-        taken = claimed_at(single, namespace, name)
-        assert taken is not None and (taken - stopped_at).total_seconds() < LEASE_SECONDS
+        taken = wait_for(f"{name}'s claim logged", lambda name=name: claimed_at(single, namespace, name), 30)
+        assert (taken - stopped_at).total_seconds() < LEASE_SECONDS
     fleet.patch_spec(names[0][0], {"rollout": {"steps": [{"weight": 50, "pause": {"duration": "3s"}}]}})
     wait_for(f"{names[0][0]} to observe its new generation", lambda: converged(fleet, names[0][0]), SHARD_TIMEOUT)
     assert {name: stamp_of(fleet, name) for name in names[1]} == {name: stamps[name] for name in names[1]}
@@ -203,8 +202,8 @@ def test_back_to_one_process_without_leader_election_keeps_off_live_shards(
     last_renewal = lease(fleet, f"{BASE}-shard-1-of-2").renew_time
     for name in names[1]:
         wait_for(f"{name} unstamped", lambda name=name: stamp_of(fleet, name) is None, 90)
-        taken = claimed_at(single, namespace, name)
-        assert taken is not None and (taken - last_renewal).total_seconds() >= LEASE_SECONDS, (taken, last_renewal)
+        taken = wait_for(f"{name}'s claim logged", lambda name=name: claimed_at(single, namespace, name), 30)
+        assert (taken - last_renewal).total_seconds() >= LEASE_SECONDS, (taken, last_renewal)
     fleet.patch_spec(names[1][0], {"rollout": {"steps": [{"weight": 50, "pause": {"duration": "3s"}}]}})
     wait_for(f"{names[1][0]} to observe its new generation", lambda: converged(fleet, names[1][0]), SHARD_TIMEOUT)
 
@@ -227,8 +226,8 @@ def test_a_label_moves_a_fleet_to_the_shard_it_names(
     wait_for(
         f"{name} stamped by shard 1", lambda: (stamp_of(fleet, name) or Stamp("", "", "")).lease.endswith("-1-of-2")
     )
-    released, taken = claimed_at(shard0, namespace, name, "released"), claimed_at(shard1, namespace, name)
-    assert released is not None and taken is not None
+    released = wait_for("the release logged", lambda: claimed_at(shard0, namespace, name, "released"), 30)
+    taken = wait_for("the claim logged", lambda: claimed_at(shard1, namespace, name), 30)  # logged after the stamp
     # at once, not after an expiry (shard 1 may even log its stamp before shard 0 logs the release it follows)
     assert (taken - released).total_seconds() < LEASE_SECONDS, (released, taken)
     fleet.patch_spec(name, {"rollout": {"steps": [{"weight": 50, "pause": {"duration": "3s"}}]}})

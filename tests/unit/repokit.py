@@ -6,5 +6,3 @@ ROOT = Path(__file__).resolve().parents[2]
 """The repository's root."""
 EXAMPLES = ROOT / "examples"
 """The example SpeculativeDeployments."""
-BENCHMARKS = ROOT / "benchmarks"
-"""The benchmarks, whose short versions some unit tests run (put on sys.path by those tests)."""

@@ -6,16 +6,11 @@ cheap one at low load), one is the benchmark's first random draw. Stable serves 
 """
 
 import dataclasses
-import sys
 
 import pytest
 
 from specfleet.api.status import Verdict
 from specfleet.autotune.candidates import Score, choose
-
-from repokit import BENCHMARKS
-
-sys.path.insert(0, str(BENCHMARKS))
 
 import autotune_regret
 from autotune_regret import Draw, Experiment, Outcome

@@ -1,15 +1,10 @@
 """The chaos benchmark's invariant checker (benchmarks/chaos.py): it passes an ended canary that is in order
 and names every way one can be out of order."""
 
-import sys
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-
-from repokit import BENCHMARKS
-
-sys.path.insert(0, str(BENCHMARKS))
 
 import chaos
 

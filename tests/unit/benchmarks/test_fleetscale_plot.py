@@ -5,10 +5,6 @@ from pathlib import Path
 
 import pytest
 
-from repokit import BENCHMARKS
-
-sys.path.insert(0, str(BENCHMARKS))
-
 import fleetscale_plot
 
 

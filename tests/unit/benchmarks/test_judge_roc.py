@@ -4,16 +4,10 @@ The simulator is the ground truth: an effect states what the canary has (errors,
 under the floor, nothing at all) and the tests check what the operator, fed the judge's verdicts, did.
 """
 
-import sys
-
 import pytest
 
 from specfleet.api.status import Measurements, Verdict
 from specfleet.judge import Judgement
-
-from repokit import BENCHMARKS
-
-sys.path.insert(0, str(BENCHMARKS))
 
 import judge_roc
 

@@ -5,14 +5,9 @@ each controller is asked the same question (the same PromQL guardrails, canary t
 labels the simulator gives peer pods) at the settings the table says, and that the table's ratios are right.
 """
 
-import sys
 from pathlib import Path
 
 import pytest
-
-from repokit import BENCHMARKS
-
-sys.path.insert(0, str(BENCHMARKS))
 
 import peers_fleets
 import peers_phases

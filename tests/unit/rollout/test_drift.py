@@ -1,6 +1,5 @@
 """Drift after promotion: the pure comparison (on simulated vLLM engines) and the state machine around it."""
 
-import sys
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -11,13 +10,9 @@ from specfleet.judge import TrackEvidence, drift, measurements
 from specfleet.render.manifests import revision
 from specfleet.rollout import FleetLook
 
-from judgekit import track
-from repokit import BENCHMARKS
-from rolloutkit import T0, Fleet, healthy_fleet, measured, paying
-
-sys.path.insert(0, str(BENCHMARKS))
-
 import judge_roc
+from judgekit import track
+from rolloutkit import T0, Fleet, healthy_fleet, measured, paying
 
 SETTINGS = DriftSpec()
 GUARDS = Guardrails()

@@ -1,7 +1,6 @@
 """Holdback (`rollout.holdback`): the control group's Deployment and traffic, the speed-up measured against it
 from simulated pods (what a user has: a drafter's alpha, k and the load), and drift judged against it."""
 
-import sys
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -15,13 +14,9 @@ from specfleet.render.manifests import revision as revision_of
 from specfleet.rollout import FleetLook
 from specfleet.sim.oracle import Setup, token_latency
 
-from repokit import BENCHMARKS
+import judge_roc
 from rolloutkit import T0, Fleet, healthy_fleet, make_spec, measured, paying
 from speckit import sdep
-
-sys.path.insert(0, str(BENCHMARKS))
-
-import judge_roc
 
 STEPS = [{"weight": 25, "pause": {"duration": "1m"}}, {"weight": 50, "pause": {"duration": "2m"}}]
 GUARDS = Guardrails()
