@@ -136,6 +136,17 @@ def canaried(status: dict[str, Any]) -> list[dict[str, Any]]:
     return [h for h in status.get("history", []) if h["outcome"] != "Created"]
 
 
+OUTCOME_SECONDS = 900
+"""How long a canary may take to end. A Pass needs evidence that shows the canary within every limit: an A/A
+canary's took 2-4 minutes on a quiet machine and over 7 in the suite's CPU-bound first quarter hour."""
+
+
+def outcome_of(fleet: "Fleet", name: str = "llama", timeout: float = OUTCOME_SECONDS) -> dict[str, Any]:
+    """The fleet's status once its canary has ended (an outcome beside `Created` in its history): a rollback
+    ends the wait at once, so a test of a promotion fails with the reason, not at a deadline."""
+    return wait_for("the canary's outcome", lambda: canaried(s := fleet.status(name)) and s, timeout)
+
+
 def sdep(name: str = "llama", replicas: int = 2, steps: list[dict[str, Any]] | None = None, **spec: Any) -> dict:
     return {
         "apiVersion": API_VERSION,

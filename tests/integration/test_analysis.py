@@ -24,6 +24,7 @@ from benchkit import PrivatePrometheus
 from fleetkit import (
     EAGLE3_K5,
     GOOD_DRAFTER,
+    OUTCOME_SECONDS,
     PLAIN,
     ROLLOUT,
     SCENARIO,
@@ -32,6 +33,7 @@ from fleetkit import (
     Operator,
     Simulator,
     canaried,
+    outcome_of,
     sdep,
     start_canary,
     wait_for,
@@ -44,15 +46,15 @@ def last_outcome(fleet: Fleet) -> dict[str, Any]:
     return fleet.status("llama")["history"][-1]
 
 
+@pytest.mark.timeout(OUTCOME_SECONDS + 300)
 def test_a_good_eagle3_canary_against_a_plain_stable_is_promoted(
     guarded_operator: Operator, simulator: Simulator, fleet: Fleet
 ) -> None:
     """alpha 0.8 at k 5: faster per token, though its per-step latency is higher and accepted/drafted < 0.6."""
     started = time.monotonic()
     canary = start_canary(fleet, EAGLE3_K5, stable=PLAIN)
-    status = wait_for(
-        "promotion", lambda: (s := fleet.status("llama")).get("stableRevision") == canary and s, timeout=420
-    )
+    status = outcome_of(fleet)
+    assert [h["outcome"] for h in canaried(status)] == ["Promoted"] and status["stableRevision"] == canary, status
     print(f"\na good EAGLE-3 canary promoted {time.monotonic() - started:.0f} s after the change")
     analysis = status["lastAnalysis"]
     assert analysis["verdict"] == "Pass"
@@ -211,6 +213,7 @@ def test_evidence_of_a_new_fleet_starts_once_prometheus_has_scraped_every_pod(
     assert earlier < 3  # and two scrapes earlier the youngest pod was not yet seen
 
 
+@pytest.mark.timeout(OUTCOME_SECONDS + 300)
 def test_an_a_a_canary_is_promoted_not_rolled_back(
     guarded_operator: Operator, simulator: Simulator, fleet: Fleet
 ) -> None:
@@ -219,11 +222,12 @@ def test_an_a_a_canary_is_promoted_not_rolled_back(
     started = time.monotonic()
     fleet.patch_spec("llama", {"engine": {"tensorParallelSize": 2, "env": [{"name": "SPECFLEET_AA", "value": "1"}]}})
     canary = wait_for("a canary", lambda: (c := fleet.status("llama").get("canaryRevision")) != stable and c)
-    wait_for("promotion", lambda: fleet.status("llama").get("stableRevision") == canary, timeout=420)
+    status = outcome_of(fleet)
+    assert [h["outcome"] for h in canaried(status)] == ["Promoted"] and status["stableRevision"] == canary, status
     print(f"\nan A/A canary promoted {time.monotonic() - started:.0f} s after the change")
-    assert [h["outcome"] for h in canaried(fleet.status("llama"))] == ["Promoted"]
 
 
+@pytest.mark.timeout(OUTCOME_SECONDS + 300)
 def test_an_a_a_canary_keeps_up_with_stable_under_the_throughput_and_kv_guardrails(
     guarded_operator: Operator, simulator: Simulator, fleet: Fleet
 ) -> None:
@@ -233,13 +237,11 @@ def test_an_a_a_canary_keeps_up_with_stable_under_the_throughput_and_kv_guardrai
     stable = wait_for("Healthy", fleet.phase_is("llama", "Healthy"), timeout=90)["stableRevision"]
     fleet.patch_spec("llama", {"engine": {"tensorParallelSize": 2, "env": [{"name": "SPECFLEET_AA", "value": "1"}]}})
     canary = wait_for("a canary", lambda: (c := fleet.status("llama").get("canaryRevision")) != stable and c)
-    status = wait_for(
-        "promotion", lambda: (s := fleet.status("llama")).get("stableRevision") == canary and s, timeout=420
-    )
+    status = outcome_of(fleet)
+    assert [h["outcome"] for h in canaried(status)] == ["Promoted"] and status["stableRevision"] == canary, status
     reasons = status["lastAnalysis"]["reasons"]
     assert any(r.startswith("completed") and "limit 10%" in r for r in reasons), reasons
     assert any(r.startswith("KV-cache usage") and "ceiling 95%" in r for r in reasons), reasons
-    assert [h["outcome"] for h in canaried(fleet.status("llama"))] == ["Promoted"]
 
 
 def test_a_drafter_that_turns_bad_after_the_first_step_is_caught(

@@ -23,7 +23,19 @@ from specfleet.metrics import promql
 from specfleet.metrics.prometheus import Prometheus
 from specfleet.sim.exposition import TOOL_CALLS, TOOL_CALLS_PARSED
 
-from fleetkit import EAGLE3_K5, ROLLOUT, SCENARIO, Fleet, Operator, Simulator, canaried, sdep, wait_for
+from fleetkit import (
+    EAGLE3_K5,
+    OUTCOME_SECONDS,
+    ROLLOUT,
+    SCENARIO,
+    Fleet,
+    Operator,
+    Simulator,
+    canaried,
+    outcome_of,
+    sdep,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -97,16 +109,15 @@ def test_a_drafter_that_breaks_tool_calls_is_rolled_back_naming_the_guardrail(
     assert any(r.startswith("custom:typo: no data for tool_call_parsed_total") for r in result.reasons), result
 
 
+@pytest.mark.timeout(OUTCOME_SECONDS + 300)
 def test_a_drafter_that_parses_as_well_is_promoted_with_the_guardrail_passed(
     guarded_operator: Operator, simulator: Simulator, fleet: Fleet
 ) -> None:
     started = time.monotonic()
     _, canary = canary_with(fleet, simulator, "acme/EAGLE3-careful")
-    status = wait_for(
-        "promotion", lambda: (s := fleet.status("llama")).get("stableRevision") == canary and s, timeout=480
-    )
+    status = outcome_of(fleet)
+    assert [h["outcome"] for h in canaried(status)] == ["Promoted"] and status["stableRevision"] == canary, status
     print(f"\na drafter parsing 99% of tool calls promoted {time.monotonic() - started:.0f} s after the change")
-    assert [h["outcome"] for h in canaried(status)] == ["Promoted"]
     checks = {c["guardrail"]: c for c in status["lastAnalysis"]["checks"]}
     assert checks[CHECK]["verdict"] == "Pass" and checks[CHECK]["upper"] <= 0.02
     assert any(r.startswith(f"{CHECK}: {TOOL_CALLS_PARSED} / {TOOL_CALLS}") for r in status["lastAnalysis"]["reasons"])

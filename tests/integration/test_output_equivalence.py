@@ -17,7 +17,20 @@ import pytest
 from specfleet.controller.outputs import BUILTIN_PROMPTS
 from specfleet.devcluster.cluster import ClusterInfo
 
-from fleetkit import EAGLE3_K5, PLAIN, ROLLOUT, SCENARIO, Fleet, Operator, Simulator, sdep, wait_for
+from fleetkit import (
+    EAGLE3_K5,
+    OUTCOME_SECONDS,
+    PLAIN,
+    ROLLOUT,
+    SCENARIO,
+    Fleet,
+    Operator,
+    Simulator,
+    canaried,
+    outcome_of,
+    sdep,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -91,14 +104,13 @@ def test_a_canary_that_diverges_on_a_tenth_of_prompts_is_rolled_back_on_output_e
     assert "outputEquivalence" not in passed and "outputPairs" not in beside["lastAnalysis"]
 
 
+@pytest.mark.timeout(OUTCOME_SECONDS + 300)
 def test_a_canary_with_the_plain_models_answers_is_promoted(equivalence_operator: Operator, fleet: Fleet) -> None:
     started = time.monotonic()
     canary = change_to(fleet, EAGLE3_K5)
-    status = wait_for(
-        "promotion", lambda: (s := fleet.status("llama")).get("stableRevision") == canary and s, timeout=480
-    )
+    status = outcome_of(fleet)
+    assert [h["outcome"] for h in canaried(status)] == ["Promoted"] and status["stableRevision"] == canary, status
     print(f"\na lossless canary promoted {time.monotonic() - started:.0f} s after the change")
     assert checks(status)["outputEquivalence"] == "Pass"
     pairs = status["lastAnalysis"]["outputPairs"]
     assert pairs["identical"] == pairs["pairs"] >= 800 and pairs["firstDivergences"] == []
-    assert status["history"][-1]["outcome"] == "Promoted"
