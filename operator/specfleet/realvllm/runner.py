@@ -12,6 +12,7 @@ a bounded load of completion requests starts.
 """
 
 import contextlib
+import http.client
 import json
 import logging
 import os
@@ -322,7 +323,7 @@ class RealEngine:
         try:
             with urllib.request.urlopen(request, timeout=120) as response:
                 response.read()
-        except (OSError, urllib.error.URLError) as error:
+        except (OSError, http.client.HTTPException) as error:  # refused, timed out, or an answer cut short
             with self._lock:
                 server.failed_requests += 1
             log.debug("request to %s failed: %s", base, error)

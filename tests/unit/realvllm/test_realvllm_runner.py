@@ -18,7 +18,7 @@ from specfleet.realvllm.runner import LoadPlan, RealEngine
 from simkit import example_pod, wait_for
 
 FAKE_VLLM = """#!{python}
-# `vllm serve ARGS`: answers /health, counts completions, serves the count as /metrics
+# `vllm serve ARGS`: answers /health, counts completions, serves the count as /metrics; cuts its 3rd answer short
 import json, sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 args = sys.argv[2:]
@@ -33,6 +33,10 @@ class Handler(BaseHTTPRequestHandler):
         self.reply(f"completions {{len(served)}}\\nargv {{json.dumps(args)}}\\n".encode())
     def do_POST(self):
         served.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        if len(served) == 3:  # a server going away mid-answer: 2 of 10 bytes, then the connection closes
+            self.send_response(200); self.send_header("Content-Length", "10"); self.end_headers()
+            self.wfile.write(b"{{}}"); self.close_connection = True
+            return
         self.reply(b"{{}}")
 HTTPServer(("127.0.0.1", port), Handler).serve_forever()
 """
@@ -92,6 +96,8 @@ def test_a_serving_pod_is_a_target_with_the_simulators_labels_and_gets_the_bound
     assert (labels["namespace"], labels["pod"], labels["specfleet_io_track"]) == ("team", "a", "canary")
     wait_for("all 7 requests", lambda: "completions 7" in fetch(f"{row['url']}/metrics"))
     assert rows(engine)["team/a"]["requests_sent"] == 7
+    # the answer cut short is a failed request, counted (not an exception in the sending thread)
+    wait_for("the cut answer counted", lambda: rows(engine)["team/a"]["requests_failed"] == 1)
     argv = json.loads(fetch(f"{row['url']}/metrics").split("argv ", 1)[1])
     assert argv[argv.index("--tensor-parallel-size") + 1] == "1"
     assert "--tensor-parallel-size 2 -> 1" in row["translations"]
