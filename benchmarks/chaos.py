@@ -80,10 +80,10 @@ EXPECTED = {
     "swap": "Promoted",
 }
 SWAP_REPLICAS = 2
+"""A swap fleet's replicas: every GPU of its own node (`pool_of_its_own`)."""
 POOL_PRODUCT = "AMD_Instinct_MI300X_OAM_chaos"
 """The product name of the run's own MI300X nodes: only its fleets accept it, so a node it deletes holds no
 one else's pods."""
-"""A swap fleet's replicas: every GPU of its own node (`pool_of_its_own`)."""
 GOOD_DRAFTER = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
 PLAIN = {"method": "none"}
 EAGLE3 = {"method": "eagle3", "model": GOOD_DRAFTER, "revision": "main", "numSpeculativeTokens": 4}

@@ -147,6 +147,13 @@ def outcome_of(fleet: "Fleet", name: str = "llama", timeout: float = OUTCOME_SEC
     return wait_for("the canary's outcome", lambda: canaried(s := fleet.status(name)) and s, timeout)
 
 
+def promotion_of(fleet: "Fleet", canary: str, name: str = "llama") -> dict[str, Any]:
+    """The fleet's status once its canary ended, which must be `canary` promoted (the status says why not)."""
+    status = outcome_of(fleet, name)
+    assert [h["outcome"] for h in canaried(status)] == ["Promoted"] and status["stableRevision"] == canary, status
+    return status
+
+
 def sdep(name: str = "llama", replicas: int = 2, steps: list[dict[str, Any]] | None = None, **spec: Any) -> dict:
     return {
         "apiVersion": API_VERSION,

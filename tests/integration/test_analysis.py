@@ -33,7 +33,7 @@ from fleetkit import (
     Operator,
     Simulator,
     canaried,
-    outcome_of,
+    promotion_of,
     sdep,
     start_canary,
     wait_for,
@@ -53,8 +53,7 @@ def test_a_good_eagle3_canary_against_a_plain_stable_is_promoted(
     """alpha 0.8 at k 5: faster per token, though its per-step latency is higher and accepted/drafted < 0.6."""
     started = time.monotonic()
     canary = start_canary(fleet, EAGLE3_K5, stable=PLAIN)
-    status = outcome_of(fleet)
-    assert [h["outcome"] for h in canaried(status)] == ["Promoted"] and status["stableRevision"] == canary, status
+    status = promotion_of(fleet, canary)
     print(f"\na good EAGLE-3 canary promoted {time.monotonic() - started:.0f} s after the change")
     analysis = status["lastAnalysis"]
     assert analysis["verdict"] == "Pass"
@@ -222,8 +221,7 @@ def test_an_a_a_canary_is_promoted_not_rolled_back(
     started = time.monotonic()
     fleet.patch_spec("llama", {"engine": {"tensorParallelSize": 2, "env": [{"name": "SPECFLEET_AA", "value": "1"}]}})
     canary = wait_for("a canary", lambda: (c := fleet.status("llama").get("canaryRevision")) != stable and c)
-    status = outcome_of(fleet)
-    assert [h["outcome"] for h in canaried(status)] == ["Promoted"] and status["stableRevision"] == canary, status
+    promotion_of(fleet, canary)
     print(f"\nan A/A canary promoted {time.monotonic() - started:.0f} s after the change")
 
 
@@ -237,8 +235,7 @@ def test_an_a_a_canary_keeps_up_with_stable_under_the_throughput_and_kv_guardrai
     stable = wait_for("Healthy", fleet.phase_is("llama", "Healthy"), timeout=90)["stableRevision"]
     fleet.patch_spec("llama", {"engine": {"tensorParallelSize": 2, "env": [{"name": "SPECFLEET_AA", "value": "1"}]}})
     canary = wait_for("a canary", lambda: (c := fleet.status("llama").get("canaryRevision")) != stable and c)
-    status = outcome_of(fleet)
-    assert [h["outcome"] for h in canaried(status)] == ["Promoted"] and status["stableRevision"] == canary, status
+    status = promotion_of(fleet, canary)
     reasons = status["lastAnalysis"]["reasons"]
     assert any(r.startswith("completed") and "limit 10%" in r for r in reasons), reasons
     assert any(r.startswith("KV-cache usage") and "ceiling 95%" in r for r in reasons), reasons

@@ -32,7 +32,7 @@ from fleetkit import (
     Operator,
     Simulator,
     canaried,
-    outcome_of,
+    promotion_of,
     sdep,
     wait_for,
 )
@@ -115,8 +115,7 @@ def test_a_drafter_that_parses_as_well_is_promoted_with_the_guardrail_passed(
 ) -> None:
     started = time.monotonic()
     _, canary = canary_with(fleet, simulator, "acme/EAGLE3-careful")
-    status = outcome_of(fleet)
-    assert [h["outcome"] for h in canaried(status)] == ["Promoted"] and status["stableRevision"] == canary, status
+    status = promotion_of(fleet, canary)
     print(f"\na drafter parsing 99% of tool calls promoted {time.monotonic() - started:.0f} s after the change")
     checks = {c["guardrail"]: c for c in status["lastAnalysis"]["checks"]}
     assert checks[CHECK]["verdict"] == "Pass" and checks[CHECK]["upper"] <= 0.02
