@@ -88,6 +88,13 @@ def test_the_same_drafter_at_alpha_0_3_is_rolled_back_with_the_evidence(
     wait_for("the canary to go", lambda: "llama-canary" not in fleet.deployments())
 
 
+def logged_rollback(log: Path) -> bool:
+    """Whether an operator logging JSON wrote a line whose message tells of a rollback."""
+    complete = log.read_text().split("\n")[:-1]  # the last piece may still be being written
+    lines = [json.loads(line) for line in complete if line.startswith("{")]
+    return any("RolledBack" in line.get("message", "") for line in lines)
+
+
 def test_tokens_never_leave_their_secrets(
     dev_cluster: ClusterInfo, crd_installed: None, simulator: Simulator, fleet: Fleet, tmp_path: Path
 ) -> None:
@@ -116,6 +123,9 @@ def test_tokens_never_leave_their_secrets(
         wait_for("Healthy", fleet.phase_is("llama", "Healthy"), timeout=90)
         fleet.patch_spec("llama", {"speculative": bad})
         wait_for("rollback", fleet.phase_is("llama", "RolledBack"), timeout=180)
+        # the pass logs its events after the status and children writes: stopping the operator on the status
+        # alone could interrupt it before that line
+        wait_for("the JSON operator to log the rollback", lambda: logged_rollback(logs[0]), timeout=60)
     finally:
         operator.stop()
     operator = Operator(dev_cluster, fleet.namespace, logs[1], extra=("--verbose",))
@@ -136,8 +146,6 @@ def test_tokens_never_leave_their_secrets(
         "kubectl specfleet status": plugin.stdout + plugin.stderr,
         "simulator": (tmp_path / "sim.log").read_text(),
     }
-    json_lines = [json.loads(line) for line in logs[0].read_text().splitlines() if line.startswith("{")]
-    assert any("RolledBack" in line.get("message", "") for line in json_lines)  # the JSON operator logged
     assert len(events) >= 4 and "RolledBack" in seen["events"]
     for where, text in seen.items():
         for token in tokens.values():

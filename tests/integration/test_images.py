@@ -224,6 +224,7 @@ def _volume(pod: dict[str, Any], name: str) -> dict[str, Any]:
 
 VLLM_CPU_ENV = (
     *("VLLM_TARGET_DEVICE", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND", "OMP_NUM_THREADS"),
+    "VLLM_ENABLE_V1_MULTIPROCESSING",
     *("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "PYTHONUNBUFFERED"),
 )
 """What `specfleet sim --engine vllm-cpu` sets for real vLLM on 2 cores (realvllm.install.VllmHome.env), minus paths."""

@@ -18,7 +18,8 @@ from specfleet.realvllm.runner import LoadPlan, RealEngine
 from simkit import example_pod, wait_for
 
 FAKE_VLLM = """#!{python}
-# `vllm serve ARGS`: answers /health, counts completions, serves the count as /metrics; cuts its 3rd answer short
+# `vllm serve ARGS`: answers /health, counts completions, serves the count as /metrics; cuts the 3rd answer to
+# the engine's load short (never a test's own "probe", which may arrive at any point of the load)
 import json, sys
 from http.server import BaseHTTPRequestHandler, HTTPServer
 args = sys.argv[2:]
@@ -33,7 +34,8 @@ class Handler(BaseHTTPRequestHandler):
         self.reply(f"completions {{len(served)}}\\nargv {{json.dumps(args)}}\\n".encode())
     def do_POST(self):
         served.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-        if len(served) == 3:  # a server going away mid-answer: 2 of 10 bytes, then the connection closes
+        load = [body for body in served if body.get("prompt") != "probe"]
+        if len(load) == 3 and served[-1] is load[-1]:  # a server going away mid-answer: 2 of 10 bytes, then closed
             self.send_response(200); self.send_header("Content-Length", "10"); self.end_headers()
             self.wfile.write(b"{{}}"); self.close_connection = True
             return
