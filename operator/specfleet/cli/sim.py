@@ -170,7 +170,7 @@ def vllm_cpu_command(
     file_sd_dir: FileSdDirOption = None,
     namespace: NamespaceOption = None,
     max_servers: Annotated[
-        int, typer.Option(min=1, help="Servers at once (~4.3 GiB RSS each); more pods are reported.")
+        int, typer.Option(min=1, help="Servers at once (~2.5 GiB each); more pods are reported.")
     ] = DEFAULT_MAX_SERVERS,
     vllm_version: Annotated[str, typer.Option(help="The vllm-cpu release.")] = DEFAULT_VERSION,
     rate: Annotated[float, typer.Option(min=0.01, help="Requests a second per server.")] = 4.0,

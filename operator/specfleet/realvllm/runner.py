@@ -6,7 +6,7 @@
     engine.stop()           # SIGTERM every server, remove the file_sd file
 
 A Running pod gets a server started from its rendered argv (`translate`), at most `max_servers` at once
-(about 4.3 GiB RSS each); a pod beyond that waits and is reported as over the limit until a slot frees.
+(about 2.5 GiB each); a pod beyond that waits and is reported as over the limit until a slot frees.
 Once a server answers /health, its file_sd target (the simulator's labels, path /metrics) is written and
 a bounded load of completion requests starts.
 """
@@ -41,7 +41,7 @@ from specfleet.realvllm.translate import Translation, UntranslatableError, trans
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_SERVERS = 3
-"""About 4.3 GiB RSS per server (API server, engine core, worker with a 1 GiB KV cache)."""
+"""About 2.5 GiB per server (PSS of the API server and the engine core, which holds the model and a 1 GiB KV cache)."""
 STARTUP_SECONDS = 900.0
 """Launch to /health: 45-70 s on 2 idle cores, over 5 minutes when the box is busy (two servers, tests)."""
 STOP_SECONDS = 30.0
@@ -237,7 +237,7 @@ class RealEngine:
             if server.state is not State.WAITING:
                 continue
             if active >= self.max_servers:
-                reason = f"{self.max_servers} servers already run (--max-servers, ~4.3 GiB each)"
+                reason = f"{self.max_servers} servers already run (--max-servers, ~2.5 GiB each)"
                 if server.reason != reason:
                     server.reason = reason
                     log.warning("pod %s not served yet: %s", server.info.key, reason)
