@@ -10,9 +10,6 @@ wait on simulations and servers that run in wall time, so they run side by side 
 - The longest tests are handed out first, by the durations the last run on this machine recorded (under the
   cache directory, outside the repo), so no long test starts last while the other workers sit idle. Without
   a record, real vLLM goes first, then the other integration tests, then unit tests.
-- A worker always holds one test queued behind the one it runs (xdist needs the next test to finish the
-  current one): behind a long test that is the shortest left, so no long test waits minutes in a busy
-  worker's queue while others go idle (`ShortBehindLongScheduling`).
 """
 
 import json
@@ -21,13 +18,12 @@ import shutil
 import tempfile
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from specfleet.cachedir import cache_root
 
-from testrun import CLUSTER_STARTED, RUN_DIR, ShortBehindLongScheduling
+from testrun import CLUSTER_STARTED, RUN_DIR
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -99,20 +95,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(
         key=lambda item: (_stage(item), -weight[_group(item) or item.nodeid], first_seen[_group(item) or item.nodeid])
     )
-
-
-def _expected_seconds(nodeid: str, recorded: dict[str, float]) -> float:
-    """As the record says; else what a test of its kind is assumed to take (the controller sees ids, not marks)."""
-    nodeid = nodeid.split("@")[0]
-    return recorded.get(nodeid, UNRECORDED["integration" if nodeid.startswith("tests/integration/") else "unit"])
-
-
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """`--dist loadgroup`, except for which test a worker gets queued behind the one it runs."""
-    if config.getoption("dist") != "loadgroup":
-        return None
-    recorded = _recorded()
-    return ShortBehindLongScheduling(config, log, expected=lambda nodeid: _expected_seconds(nodeid, recorded))
 
 
 def _stage(item: pytest.Item) -> int:
