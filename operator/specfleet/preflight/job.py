@@ -113,6 +113,8 @@ def preflight_job(sdep: SpeculativeDeployment, rev: str, serving: dict[str, Any]
         "metadata": child_metadata(sdep, job_name(sdep, rev), {**labels, LABEL_NAME: sdep.metadata.name}),
         "spec": {
             "backoffLimit": 0,
+            # a pod lost with its node, or evicted, says nothing of the drafter: the Job makes another one
+            "podFailurePolicy": {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]},
             "activeDeadlineSeconds": DEADLINE_SECONDS,
             "template": {"metadata": {"labels": labels}, "spec": pod_spec},
         },

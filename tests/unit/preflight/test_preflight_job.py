@@ -42,6 +42,11 @@ def test_the_job_runs_the_check_once_in_the_serving_image_without_a_gpu() -> Non
     (container,) = pod["containers"]
     assert manifest["apiVersion"] == "batch/v1" and manifest["metadata"]["name"] == "llama-eagle3-preflight-abc123"
     assert manifest["spec"]["backoffLimit"] == 0 and manifest["spec"]["activeDeadlineSeconds"] > 0
+    # one failure of the check fails it, but a pod lost with its node (PodGC marks it DisruptionTarget) or
+    # evicted is run again: a chaos run's node deletion aborted two canaries on "BackoffLimitExceeded"
+    assert manifest["spec"]["podFailurePolicy"] == {
+        "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]
+    }
     assert "ttlSecondsAfterFinished" not in manifest["spec"], "the operator deletes it"
     assert pod["restartPolicy"] == "Never" and pod["automountServiceAccountToken"] is False
     assert container["image"] == serving["containers"][0]["image"]
