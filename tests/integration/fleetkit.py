@@ -202,8 +202,8 @@ ROLLOUT: dict[str, Any] = {
 }
 """Fast looks for the dev cluster. A canary as good as stable needs a few thousand requests to show its per-token
 p95 within +10%; on a busy 2-core box the simulator's batches skew a little and that took over 5 minutes
-(an A/A canary rolled back by `onNoData` at 5m with its bound at +10.05%), so no-data rolls back after 10m,
-within the 15 minutes `outcome_of` waits."""
+(an A/A canary rolled back by `onNoData` at 5m with its bound at +10.05%), so no-data rolls back after 10m
+(users' default is 30m), within the 15 minutes `outcome_of` waits."""
 SCRAPE_SECONDS = 5
 """The dev cluster's Prometheus scrape interval (`specfleet dev up --scrape-interval`, default 5s)."""
 PLAIN = {"method": "none"}
