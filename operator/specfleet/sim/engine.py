@@ -79,6 +79,15 @@ class Histogram:
         self.total += value
         self.count += 1
 
+    def observe_all(self, values: list[float]) -> None:
+        """`observe` each value in order (the same sum to the last bit), in one call for a whole engine step."""
+        counts, bounds, total = self.counts, self.bounds, self.total
+        for value in values:
+            counts[bisect_left(bounds, value)] += 1
+            total += value
+        self.total = total
+        self.count += len(values)
+
     def cumulative(self) -> list[int]:
         running, out = 0, []
         for count in self.counts:
@@ -318,7 +327,7 @@ class Engine:
         self.config = config
         self.rng = rng
         self.clock = start
-        self.metrics = Metrics(k=config.k, buckets=buckets)
+        self._metrics = Metrics(k=config.k, buckets=buckets)
         self._count_tool_calls()
         self._waiting: deque[_Request] = deque()
         self._running: list[_Request] = []
@@ -344,8 +353,8 @@ class Engine:
 
     def _count_tool_calls(self) -> None:
         """Tool-call counters exist from the moment a scenario asks for them (counters never go away)."""
-        if self.config.tool_calls_parsed is not None and self.metrics.tool_calls is None:
-            self.metrics.tool_calls = 0
+        if self.config.tool_calls_parsed is not None and self._metrics.tool_calls is None:
+            self._metrics.tool_calls = 0
 
     def advance_to(self, t: float) -> None:
         """Run every engine step that ends by `t`; a step in flight at `t` finishes in a later call."""
@@ -397,7 +406,6 @@ class Engine:
                 client=client,
             )
         )
-        self._update_gauges()
         self.advance_to(now)  # an idle engine plans its next step now
         return client
 
@@ -412,7 +420,6 @@ class Engine:
         for request in self._waiting:
             if request.client is client:
                 self._waiting.remove(request)
-                self._update_gauges()
                 return
         for request in self._running:
             if request.client is client:
@@ -433,7 +440,6 @@ class Engine:
             if len(self._waiting) < MAX_WAITING:
                 self._waiting.append(self._new_request(self._next_arrival))
             self._next_arrival += self._interarrival()
-        self._update_gauges()
 
     def _new_request(self, arrival: float) -> _Request:
         config, rng = self.config, self.rng
@@ -479,23 +485,29 @@ class Engine:
             self._running.append(request)
             self._kv_used += request.prompt
         k = model.spec_tokens_for_batch(config.k, config.schedule, len(self._running)) if config.k else 0
-        decoding = [(r, self._draft_length(k)) for r in self._running if r.prefill_left == 0]
+        decoding, context_tokens, draft_tokens = [], 0, 0
+        for request in self._running:
+            if request.prefill_left == 0:
+                length = self._draft_length(k)
+                decoding.append((request, length))
+                context_tokens += request.prompt + request.generated
+                draft_tokens += length
         budget = config.max_num_batched_tokens - len(decoding) * (1 + k)
-        prefill = []
+        prefill, prefill_tokens = [], 0
         for request in self._running:
             if request.prefill_left and budget > 0:
                 chunk = min(request.prefill_left, budget)
                 prefill.append((request, chunk))
+                prefill_tokens += chunk
                 budget -= chunk
         load = model.StepLoad(
             decode_requests=len(decoding),
             spec_tokens=k,
-            prefill_tokens=sum(chunk for _, chunk in prefill),
-            context_tokens=sum(r.prompt + r.generated for r, _ in decoding),
-            draft_tokens=sum(length for _, length in decoding),
+            prefill_tokens=prefill_tokens,
+            context_tokens=context_tokens,
+            draft_tokens=draft_tokens,
         )
         seconds = config.step_seconds(load)
-        self._update_gauges()
         return _Step(
             end=start + seconds * model.noise_factor(self.rng, config.noise), decoding=decoding, prefill=prefill
         )
@@ -503,13 +515,15 @@ class Engine:
     def _draft_length(self, k: int) -> int:
         """Tokens one request's draft proposes this step: 0 when the drafter finds nothing (propose_rate), else
         k, or for suffix decoding as far as its tree continues the match."""
-        if k == 0 or self.rng.random() >= self.config.propose_rate:
+        config = self.config
+        if k == 0 or self.rng.random() >= config.propose_rate:
             return 0
-        return model.draw_draft_length(self.rng, k, self.config.suffix_draft_tokens)
+        suffix = config.suffix_draft_tokens
+        return k if suffix is None else model.draw_draft_length(self.rng, k, suffix)
 
     def _finish(self, step: _Step) -> None:
         """Apply a step's outcome at its end: first tokens, drafts verified, tokens emitted, requests done."""
-        metrics, end = self.metrics, step.end
+        metrics, end = self._metrics, step.end
         for request, chunk in step.prefill:
             request.prefill_left -= chunk
             if request.prefill_left == 0:
@@ -521,24 +535,32 @@ class Engine:
                 metrics.time_to_first_token.observe(end - request.arrival)
                 if request.client is not None:
                     request.client.tokens.append((end, 1))
+        rng, per_position = self.rng, metrics.accepted_per_position
+        drafts = draft_tokens = accepted_tokens = emitted_tokens = 0
+        gaps = []
         for request, length in step.decoding:
             emitted = 1
             if length:
-                accepted = model.accepted_count(self.rng, request.rates[:length])
-                metrics.num_drafts += 1
-                metrics.num_draft_tokens += length
-                metrics.num_accepted_tokens += accepted
+                accepted = model.accepted_count(rng, request.rates[:length])
+                drafts += 1
+                draft_tokens += length
+                accepted_tokens += accepted
                 for position in range(accepted):
-                    metrics.accepted_per_position[position] += 1
+                    per_position[position] += 1
                 emitted += accepted
             emitted = min(emitted, request.output - request.generated)
-            metrics.inter_token_latency.observe(end - request.last_token)
+            gaps.append(end - request.last_token)
             request.generated += emitted
             request.last_token = end
             if request.client is not None and emitted:  # none for a request aborted mid-step
                 request.client.tokens.append((end, emitted))
-            self._kv_used += emitted
-            metrics.generation_tokens += emitted
+            emitted_tokens += emitted
+        metrics.inter_token_latency.observe_all(gaps)
+        metrics.num_drafts += drafts
+        metrics.num_draft_tokens += draft_tokens
+        metrics.num_accepted_tokens += accepted_tokens
+        metrics.generation_tokens += emitted_tokens
+        self._kv_used += emitted_tokens
         still_running = []
         for request in self._running:
             if request.generated and request.generated >= request.output:
@@ -546,7 +568,6 @@ class Engine:
             else:
                 still_running.append(request)
         self._running = still_running
-        self._update_gauges()
 
     def _complete(self, request: _Request) -> None:
         """A request leaves the engine; all but client aborts are counted and observed as vLLM does at finish."""
@@ -555,7 +576,7 @@ class Engine:
             request.client.finish_reason = request.reason
         if request.reason == "abort":
             return
-        metrics = self.metrics
+        metrics = self._metrics
         metrics.finished[request.reason] += 1
         metrics.e2e_latency.observe(request.last_token - request.arrival)
         metrics.queue_time.observe(request.scheduled - request.arrival)
@@ -569,7 +590,12 @@ class Engine:
             metrics.tool_calls += 1
             metrics.tool_calls_parsed += self.rng.random() < self.config.tool_calls_parsed
 
-    def _update_gauges(self) -> None:
-        self.metrics.running = len(self._running)
-        self.metrics.waiting = len(self._waiting)
-        self.metrics.kv_cache_usage = min(1.0, self._kv_used / self.config.kv_capacity)
+    @property
+    def metrics(self) -> Metrics:
+        """What the engine exposes; its gauges (running, waiting, KV cache usage) are read at this moment, as
+        vLLM's scheduler state is between steps, rather than kept up to date on every change."""
+        metrics = self._metrics
+        metrics.running = len(self._running)
+        metrics.waiting = len(self._waiting)
+        metrics.kv_cache_usage = min(1.0, self._kv_used / self.config.kv_capacity)
+        return metrics

@@ -301,6 +301,16 @@ def test_custom_histogram_buckets() -> None:
     assert metrics.time_to_first_token.bounds == TIME_TO_FIRST_TOKEN_BUCKETS
 
 
+def test_a_steps_observations_at_once_are_the_same_as_one_by_one() -> None:
+    values = [0.1 + 0.7 * ((i * 0.618) % 1) ** 3 for i in range(500)] + [0.1, 0.0, 100.0]
+    one_by_one, at_once = Histogram((0.05, 0.1, 0.2, 0.5)), Histogram((0.05, 0.1, 0.2, 0.5))
+    for value in values:
+        one_by_one.observe(value)
+    at_once.observe_all(values[:7])
+    at_once.observe_all(values[7:])
+    assert at_once == one_by_one  # the sum too, to the last bit
+
+
 def test_same_seed_same_numbers_however_time_is_sliced() -> None:
     whole = engine(spec_argv(4), "defaults: {noise: 0.2}", seed=7)
     whole.advance_to(30.0)
