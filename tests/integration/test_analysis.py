@@ -274,7 +274,8 @@ def test_prometheus_going_away_holds_the_rollout_then_follows_the_policy(
     operator: Operator, simulator: Simulator, fleet: Fleet, dev_cluster: ClusterInfo, tmp_path: Path
 ) -> None:
     with PrivatePrometheus(dev_cluster.file_sd_dir, tmp_path) as prometheus:
-        rollout = {**ROLLOUT, "steps": [{"weight": 50, "pause": {"duration": "5m"}}]}
+        # a pause no run outlasts: the Pass must not end the step (a Pass after a 5m pause promoted at once)
+        rollout = {**ROLLOUT, "steps": [{"weight": 50, "pause": {"duration": "1h"}}]}
         fleet.apply(sdep(rollout=rollout, prometheus={"url": prometheus.url}))
         stable = wait_for("Healthy", fleet.phase_is("llama", "Healthy"), timeout=90)["stableRevision"]
         # an A/A change: a Pass needs the canary shown within every guardrail (k=3 against k=4 is not surely)
