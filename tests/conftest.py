@@ -19,6 +19,7 @@ import shutil
 import tempfile
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,9 +53,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 DURATIONS = "test-durations.json"
 """Seconds each test took (setup, call and teardown) at its last run, in the cache directory."""
+TIMELINE = "test-timeline.json"
+"""When each test ran and on which worker at the last run, in the cache directory (`benchmarks/suite_timeline.py`
+reads it: where the run's time went)."""
 UNRECORDED = {"vllm": 1e6, "integration": 120.0, "unit": 0.1}
 """Seconds assumed for a test the record does not know yet, by kind."""
 _took: dict[str, float] = defaultdict(float)
+_ran: dict[str, dict[str, Any]] = {}
 
 
 def _durations_file() -> Path:
@@ -107,7 +112,17 @@ def _stage(item: pytest.Item) -> int:
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    _took[report.nodeid.split("@")[0]] += report.duration  # xdist suffixes a grouped test's id with "@group"
+    nodeid = report.nodeid.split("@")[0]  # xdist suffixes a grouped test's id with "@group"
+    _took[nodeid] += report.duration
+    node = getattr(report, "node", None)  # the xdist worker that ran it, on the controller
+    kind = next((mark for mark in ("vllm", "integration") if mark in report.keywords), "unit")
+    span = _ran.setdefault(
+        nodeid,
+        {"worker": node.gateway.id if node else "main", "kind": kind, "start": report.start, "outcome": "passed"},
+    )
+    span["stop"] = report.stop
+    if report.outcome != "passed":
+        span["outcome"] = report.outcome
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -117,3 +132,5 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     path = _durations_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=0, sort_keys=True))
+    spans = [{"test": nodeid, **span} for nodeid, span in sorted(_ran.items(), key=lambda item: item[1]["start"])]
+    (path.parent / TIMELINE).write_text(json.dumps(spans, indent=0))
