@@ -11,6 +11,10 @@ wait on simulations and servers that run in wall time, so they run side by side 
 - The longest tests are handed out first, by the durations the last run on this machine recorded (under the
   cache directory, outside the repo), so no long test starts last while the other workers sit idle. Without
   a record, real vLLM goes first, then the other integration tests, then unit tests.
+- A worker always holds one test queued behind the one it runs (xdist needs the next test to finish the
+  current one): behind a long test that is the shortest left, so no long test waits minutes in a busy
+  worker's queue while others go idle (`ShortBehindLongScheduling`); and the queue is this order, not
+  xdist's default of groups with the most tests first.
 """
 
 import json
@@ -25,7 +29,7 @@ import pytest
 
 from specfleet.cachedir import cache_root
 
-from testrun import CLUSTER_STARTED, RUN_DIR
+from testrun import CLUSTER_STARTED, RUN_DIR, ShortBehindLongScheduling
 
 
 def _is_worker(config: pytest.Config) -> bool:
@@ -101,6 +105,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(
         key=lambda item: (_stage(item), -weight[_group(item) or item.nodeid], first_seen[_group(item) or item.nodeid])
     )
+
+
+def _expected_seconds(nodeid: str, recorded: dict[str, float]) -> float:
+    """As the record says; else what a test of its kind is assumed to take (the controller sees ids, not marks)."""
+    nodeid = nodeid.split("@")[0]
+    return recorded.get(nodeid, UNRECORDED["integration" if nodeid.startswith("tests/integration/") else "unit"])
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: a run with `-p no:xdist` does not know it
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadgroup` in the order `pytest_collection_modifyitems` made, except for which test a worker gets
+    queued behind the one it runs."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    recorded = _recorded()
+    return ShortBehindLongScheduling(config, log, expected=lambda nodeid: _expected_seconds(nodeid, recorded))
 
 
 def _stage(item: pytest.Item) -> int:
