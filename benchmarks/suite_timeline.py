@@ -60,10 +60,11 @@ def plot(spans: list[dict[str, Any]], path: Path) -> None:
                   color=KINDS[span["kind"]], edgecolor="white", linewidth=0.3)  # fmt: skip
     axis.set_yticks(range(len(workers)), workers)
     axis.invert_yaxis()
-    axis.set(xlabel="minutes into the run", title="The suite's tests on each pytest-xdist worker")
+    axis.set(xlabel="minutes into the run")
+    axis.set_title("The suite's tests on each pytest-xdist worker", loc="left")
     for name, color in KINDS.items():
         axis.barh(0, 0, color=color, label=name)
-    axis.legend(loc="lower right", fontsize=8)
+    axis.legend(loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=len(KINDS), fontsize=8, frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
