@@ -6,7 +6,7 @@ wait on simulations and servers that run in wall time, so they run side by side 
 - Real vLLM servers take ~2.5 GiB each and start on a busy CPU: the `vllm` tests run on one worker, one
   after another, except test_images' two, whose module group xdist joins with `vllm` into `images_vllm`
   (one server at a time, beside the `vllm` group).
-- A test that acts on what every test shares (`cluster_wide`: an operator over every namespace) runs alone,
+- A test that acts on what every test shares (`cluster_wide`: an operator over every namespace, CRDs) runs alone,
   after the other integration tests, beside the unit tests.
 - The longest tests are handed out first, by the durations the last run on this machine recorded (under the
   cache directory, outside the repo), so no long test starts last while the other workers sit idle. Without

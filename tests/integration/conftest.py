@@ -56,10 +56,11 @@ def pool_for(workers: int) -> NodePool:
 
 @pytest.fixture(autouse=True)
 def share_of_the_cluster(request: pytest.FixtureRequest) -> Iterator[None]:
-    """An operator over every namespace (marked `cluster_wide`) would reconcile other tests' fleets as its own:
-    it runs alone. Every other integration test holds a shared lock for its whole life (set-up to tear-down),
-    a cluster-wide one the exclusive lock; tests/conftest.py hands cluster-wide tests out last, when the
-    other workers are done with the cluster, so the wait is short."""
+    """An operator over every namespace (marked `cluster_wide`) would reconcile other tests' fleets as its own, and
+    stand-in CRDs change what every chart install renders: such tests run alone. Every other integration test
+    holds a shared lock for its whole life (set-up to tear-down), a cluster-wide one the exclusive lock;
+    tests/conftest.py hands cluster-wide tests out last, when the other workers are done with the cluster, so
+    the wait is short."""
     exclusive = request.node.get_closest_marker("cluster_wide") is not None
     with (Path(os.environ[RUN_DIR]) / "cluster-share.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)

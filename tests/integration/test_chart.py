@@ -206,7 +206,10 @@ def promote_then_abort(fleet: Fleet, **spec: Any) -> None:
     )
 
 
-@pytest.mark.xdist_group("monitoring_crds")  # the stand-in CRDs are cluster-wide, made and deleted per test
+# The stand-in monitoring CRDs are cluster-wide, made and deleted per test: a chart another test installs meanwhile
+# renders a PodMonitor, and its upgrade fails once they are gone. So these tests hold the cluster alone.
+@pytest.mark.cluster_wide
+@pytest.mark.xdist_group("monitoring_crds")
 def test_rendered_chart_passes_a_server_side_dry_run(cluster: Cluster, namespace: str, monitoring_crds: None) -> None:
     everything = [
         *("--set", "replicaCount=2", "--set", f"watchNamespaces={{{namespace}}}"),
@@ -293,6 +296,7 @@ def test_install_refuses_bad_values_with_the_key_in_the_message(cluster: Cluster
     assert cluster.helm("list", "-n", namespace, "-q").stdout.strip() == ""
 
 
+@pytest.mark.cluster_wide
 @pytest.mark.xdist_group("monitoring_crds")
 def test_monitoring_objects_appear_when_the_api_is_served(
     cluster: Cluster, namespace: str, release: str, monitoring_crds: None
