@@ -22,6 +22,7 @@ import os
 import shutil
 import tempfile
 from collections import defaultdict
+from collections.abc import Container
 from pathlib import Path
 from typing import Any
 
@@ -78,10 +79,13 @@ def _recorded() -> dict[str, float]:
     return {str(k): float(v) for k, v in record.items()} if isinstance(record, dict) else {}
 
 
-def _kind(item: pytest.Item) -> str:
-    if item.get_closest_marker("vllm"):
-        return "vllm"
-    return "integration" if item.get_closest_marker("integration") else "unit"
+def _kind(marks: Container[str]) -> str:
+    """`vllm`, `integration` or `unit`, from the names of a test's marks (an item's, or a report's keywords)."""
+    return next((mark for mark in ("vllm", "integration") if mark in marks), "unit")
+
+
+def _marks(item: pytest.Item) -> set[str]:
+    return {mark.name for mark in item.iter_markers()}
 
 
 def _group(item: pytest.Item) -> str:
@@ -97,7 +101,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if item.get_closest_marker("vllm"):
             item.add_marker(pytest.mark.xdist_group("vllm"))
     recorded = _recorded()
-    seconds = {item.nodeid: recorded.get(item.nodeid, UNRECORDED[_kind(item)]) for item in items}
+    seconds = {item.nodeid: recorded.get(item.nodeid, UNRECORDED[_kind(_marks(item))]) for item in items}
     weight: dict[str, float] = defaultdict(float)
     for item in items:
         weight[_group(item) or item.nodeid] += seconds[item.nodeid]
@@ -128,21 +132,17 @@ def _stage(item: pytest.Item) -> int:
     the others to leave it while the other workers run the unit tests, handed out last."""
     if item.get_closest_marker("cluster_wide"):
         return 1
-    return 2 if _kind(item) == "unit" else 0
+    return 2 if _kind(_marks(item)) == "unit" else 0
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     nodeid = report.nodeid.split("@")[0]  # xdist suffixes a grouped test's id with "@group"
     _took[nodeid] += report.duration
     node = getattr(report, "node", None)  # the xdist worker that ran it, on the controller
-    kind = next((mark for mark in ("vllm", "integration") if mark in report.keywords), "unit")
     span = _ran.setdefault(
-        nodeid,
-        {"worker": node.gateway.id if node else "main", "kind": kind, "start": report.start, "outcome": "passed"},
+        nodeid, {"worker": node.gateway.id if node else "main", "kind": _kind(report.keywords), "start": report.start}
     )
     span["stop"] = report.stop
-    if report.outcome != "passed":
-        span["outcome"] = report.outcome
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -515,11 +515,9 @@ class Engine:
     def _draft_length(self, k: int) -> int:
         """Tokens one request's draft proposes this step: 0 when the drafter finds nothing (propose_rate), else
         k, or for suffix decoding as far as its tree continues the match."""
-        config = self.config
-        if k == 0 or self.rng.random() >= config.propose_rate:
+        if k == 0 or self.rng.random() >= self.config.propose_rate:
             return 0
-        suffix = config.suffix_draft_tokens
-        return k if suffix is None else model.draw_draft_length(self.rng, k, suffix)
+        return model.draw_draft_length(self.rng, k, self.config.suffix_draft_tokens)
 
     def _finish(self, step: _Step) -> None:
         """Apply a step's outcome at its end: first tokens, drafts verified, tokens emitted, requests done."""

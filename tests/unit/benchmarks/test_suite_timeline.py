@@ -9,9 +9,9 @@ import pytest
 import suite_timeline
 
 SPANS = [
-    {"test": "a", "worker": "gw0", "kind": "integration", "start": 100.0, "stop": 400.0, "outcome": "passed"},
-    {"test": "b", "worker": "gw1", "kind": "unit", "start": 100.0, "stop": 110.0, "outcome": "passed"},
-    {"test": "c", "worker": "gw1", "kind": "vllm", "start": 110.0, "stop": 200.0, "outcome": "failed"},
+    {"test": "a", "worker": "gw0", "kind": "integration", "start": 100.0, "stop": 400.0},
+    {"test": "b", "worker": "gw1", "kind": "unit", "start": 100.0, "stop": 110.0},
+    {"test": "c", "worker": "gw1", "kind": "vllm", "start": 110.0, "stop": 200.0},
 ]
 
 

@@ -8,10 +8,10 @@ from testrun import LONG_SECONDS, ShortBehindLongScheduling
 
 SECONDS = {
     "demo": 500.0, "chaos": 380.0, "drift": 300.0, "crd": 20.0, "unit-a": 0.2, "unit-b": 0.1,
-    "kubeapi-1@kubeapi": 0.05, "kubeapi-2@kubeapi": 0.05, "kubeapi-3@kubeapi": 0.05,
+    "kubeapi-1@kubeapi": 0.02, "kubeapi-2@kubeapi": 0.02, "kubeapi-3@kubeapi": 0.02,
 }  # fmt: skip
-"""A run's record in the longest-first order: three long integration tests, a short one, two unit tests and a
-group of three short unit tests (xdist's ids carry the group after `@`)."""
+"""A run's record in the longest-first order (a group weighs its tests' sum): three long integration tests, a short
+one, two unit tests and a group of three short unit tests (xdist's ids carry the group after `@`)."""
 
 
 class Worker:
