@@ -69,6 +69,16 @@ def wilson_bounds(successes: float, trials: float, z: float) -> tuple[float, flo
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def rate_ratio_bounds(estimate: float, events: float, reference_events: float | None, z: float) -> tuple[float, float]:
+    """Bounds of a ratio of two Poisson rates read from `events` and `reference_events` counts (log scale:
+    standard error sqrt(1/a + 1/b)). A reference without its count counts as exact; no events, no bounds."""
+    if events <= 0 or estimate <= 0:
+        return 0.0, math.inf
+    variance = 1 / events + (1 / reference_events if reference_events else 0.0)
+    half = z * math.sqrt(variance)
+    return estimate * math.exp(-half), estimate * math.exp(half)
+
+
 @dataclass(frozen=True)
 class Binned:
     """A Prometheus histogram over a range: cumulative counts at each finite upper bound `le`, then +Inf.

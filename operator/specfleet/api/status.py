@@ -372,6 +372,9 @@ class DriftReference(ApiModel):
     """p95 per-token latency at its canary's last analysis, in seconds."""
     requests_per_pod_per_second: float | None = None
     """Finished requests per second per pod at that analysis: the load latency is compared at."""
+    requests: float | None = None
+    """Finished requests that analysis counted: how sure its load is (unset in references of older operators,
+    which then count as exact)."""
     prompt_tokens_per_request: float | None = None
     """Prompt tokens per finished request in that analysis: the length mix latency is compared at. Unset
     when the analysis had fewer than `guardrails.minRequests` requests."""
@@ -406,7 +409,10 @@ class DriftStatus(ApiModel):
     message: ShortText = ""
     """The last look's comparison, with the numbers."""
     load_ratio: float | None = None
-    """The last look's per-pod load / the load at promotion: far from 1 is a traffic shift."""
+    """The last look's per-pod load / the load at promotion."""
+    load_shifted: bool = False
+    """The last look's per-pod load was surely outside the comparable band (1.25x) around promotion's: a traffic
+    shift (a `TrafficShifted` event when it became so)."""
     profile: TrafficProfile | None = None
     """The prompt/output length mix against promotion's: far from 1 is a traffic shift too."""
     previous: ServingSnapshot | None = None

@@ -8,7 +8,7 @@ from specfleet.judge import wording
 from specfleet.judge.canary import Look, p95_ceiling
 from specfleet.judge.evidence import TrackEvidence, ratio, rounded
 from specfleet.judge.verdicts import LOAD_TOLERANCE, Check
-from specfleet.stats import wilson_bounds, z_score
+from specfleet.stats import rate_ratio_bounds, wilson_bounds, z_score
 
 MIX_TOLERANCE = 1.5
 """Prompt and output tokens per finished request within this factor (1/1.5x to 1.5x) of their values at
@@ -30,6 +30,9 @@ class DriftCheck:
     enough evidence to tell (or the load is not comparable and acceptance was not judged)."""
     load_ratio: float | None
     """Per-pod load now / at promotion."""
+    load_shifted: bool
+    """The load ratio's bounds (Poisson, from the finished requests of the look and of the reference) lie
+    wholly outside the comparable band: a traffic shift, not a rate read over too few requests."""
     reasons: tuple[str, ...]
     profile: TrafficProfile | None = None
     """The length mix now against promotion's; None without enough evidence (or no mix at promotion)."""
@@ -37,6 +40,11 @@ class DriftCheck:
 
 def _outside(value: float | None, tolerance: float) -> bool:
     return value is not None and not 1 / tolerance <= value <= tolerance
+
+
+def _surely_outside(bounds: tuple[float, float], tolerance: float) -> bool:
+    lower, upper = bounds
+    return lower > tolerance or upper < 1 / tolerance
 
 
 def length_mix(reference: DriftReference, now: TrackEvidence, guardrails: Guardrails) -> TrafficProfile | None:
@@ -107,6 +115,9 @@ def drift(
     load = None
     if now.per_pod_load is not None and reference.requests_per_pod_per_second:
         load = now.per_pod_load / reference.requests_per_pod_per_second
+    load_shifted = load is not None and _surely_outside(
+        rate_ratio_bounds(load, now.requests, reference.requests, z), 1 + LOAD_TOLERANCE
+    )
     mix = length_mix(reference, now, guardrails)
     latency = now.token_latency
     if reference.token_latency_p95_seconds and latency is not None and now.requests >= guardrails.min_requests:
@@ -125,6 +136,9 @@ def drift(
             checks.append(check)
     reasons = tuple(c.message for c in checks)
     if any(c.verdict is Verdict.FAIL for c in checks):
-        return DriftCheck(True, load, reasons, mix)
+        return DriftCheck(drifted=True, load_ratio=load, load_shifted=load_shifted, reasons=reasons, profile=mix)
     judged = len(checks) == 2 and all(c.verdict is Verdict.PASS for c in checks)
-    return DriftCheck(False if judged else None, load, reasons or ("not enough evidence this window",), mix)
+    reasons = reasons or ("not enough evidence this window",)
+    return DriftCheck(
+        drifted=False if judged else None, load_ratio=load, load_shifted=load_shifted, reasons=reasons, profile=mix
+    )

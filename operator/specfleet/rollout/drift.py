@@ -18,7 +18,7 @@ from specfleet.api.status import (
     TunedConfig,
 )
 from specfleet.api.vocabulary import ConditionType
-from specfleet.judge import LOAD_TOLERANCE, DriftCheck, TrackEvidence, describe_mix, drift
+from specfleet.judge import DriftCheck, TrackEvidence, describe_mix, drift
 from specfleet.render.manifests import revision
 from specfleet.rollout.holdback import reference_spec
 from specfleet.rollout.state import Pass
@@ -36,6 +36,7 @@ def reference_at_promotion(p: Pass, promoted: str) -> Pass:
         acceptance_alpha=measured.acceptance_alpha if measured else None,
         token_latency_p95_seconds=measured.token_latency_p95_seconds if measured else None,
         requests_per_pod_per_second=measured.requests_per_pod_per_second if measured else None,
+        requests=measured.requests if measured else None,
         prompt_tokens_per_request=mix.prompt_tokens_per_request if mix else None,
         output_tokens_per_request=mix.output_tokens_per_request if mix else None,
     )
@@ -67,7 +68,12 @@ def judge_drift(p: Pass, evidence: TrackEvidence, measured: Speedup | None = Non
     if reference is None or reference.revision != stable:
         if measured is None:
             return p.with_status(drift=status.model_copy(update={"message": f"{unpromoted} to compare with"}))
-        check = DriftCheck(None, None, (f"{unpromoted}: judged against the holdback alone",))
+        check = DriftCheck(
+            drifted=None,
+            load_ratio=None,
+            load_shifted=False,
+            reasons=(f"{unpromoted}: judged against the holdback alone",),
+        )
     elif p.obs.now < reference.time + parse_duration(settings.min_dwell):
         message = f"serving {stable} for less than minDwell {settings.min_dwell}: not judged yet"
         return p.with_status(drift=status.model_copy(update={"message": message}))
@@ -78,10 +84,16 @@ def judge_drift(p: Pass, evidence: TrackEvidence, measured: Speedup | None = Non
     drifted = status.drifted_looks + 1 if verdict else 0
     steady = status.steady_looks + 1 if verdict is False else 0
     message = "; ".join(reasons)[:1024]
-    p = _traffic_shift(p, status.load_ratio, check.load_ratio)
+    p = _traffic_shift(p, status.load_shifted, check)
     p = _mix_shift(p, status.profile, check.profile)
     status = status.model_copy(
-        update={"drifted_looks": drifted, "steady_looks": steady, "message": message, "load_ratio": check.load_ratio}
+        update={
+            "drifted_looks": drifted,
+            "steady_looks": steady,
+            "message": message,
+            "load_ratio": check.load_ratio,
+            "load_shifted": check.load_shifted,
+        }
     )
     if check.profile is not None:  # a look without enough requests keeps the last estimate (and its shift)
         status = status.model_copy(update={"profile": check.profile})
@@ -114,14 +126,12 @@ def _against_holdback(
     return (False if measured.estimate >= 1 else None), reasons
 
 
-def _traffic_shift(p: Pass, before: float | None, now: float | None) -> Pass:
-    """An event when the per-pod load moves out of (or back into) the comparable band around promotion's."""
-
-    def shifted(ratio: float | None) -> bool:
-        return ratio is not None and not 1 / (1 + LOAD_TOLERANCE) <= ratio <= 1 + LOAD_TOLERANCE
-
-    if now is not None and shifted(now) and not shifted(before):
-        message = f"per-pod load is {now:.2f}x that at promotion: latency is compared only at comparable load"
+def _traffic_shift(p: Pass, before: bool, now: DriftCheck) -> Pass:
+    """An event when the per-pod load moves surely out of the comparable band around promotion's, once per move."""
+    if now.load_shifted and not before and now.load_ratio is not None:
+        message = (
+            f"per-pod load is {now.load_ratio:.2f}x that at promotion: latency is compared only at comparable load"
+        )
         return p.with_event("TrafficShifted", message)
     return p
 
