@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specfleet.api.vocabulary import API_VERSION, GROUP, KIND, PLURAL
+from specfleet.api.vocabulary import API_VERSION, KIND
 from specfleet.devcluster.process import signals_as_interrupts, signals_deferred, signals_ignored
 from specfleet.fleetpods.loopback import free_port
 
@@ -31,22 +31,11 @@ def cluster_with_crd(state_dir: Path, mi300x_nodes: int) -> tuple["ClusterInfo",
 
     from specfleet.devcluster.cluster import up
     from specfleet.devcluster.config import free_ports
+    from specfleet.devcluster.crds import apply_crds
     from specfleet.devcluster.nodes import pool_from_counts
 
     cluster = up(state_dir, pool=pool_from_counts(mi300x=mi300x_nodes, mi325x=0, mi355x=0, cpu=1), ports=free_ports())
-    kubectl = [str(cluster.kubectl), "--kubeconfig", str(cluster.kubeconfig)]
-    crd = ROOT / "crds" / "specfleet.io_speculativedeployments.yaml"
-    subprocess.run([*kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(crd)], check=True,
-                   capture_output=True)  # fmt: skip
-    deadline = time.monotonic() + 120  # a busy machine's fresh API server can refuse the first asks
-    while True:
-        command = [*kubectl, "wait", "--for=condition=Established", "--timeout=20s", f"crd/{PLURAL}.{GROUP}"]
-        waited = subprocess.run(command, capture_output=True, text=True)
-        if waited.returncode == 0:
-            break
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"the CRD is not Established after 120 s: {waited.stderr.strip()[-1000:]}")
-        time.sleep(2)
+    apply_crds(cluster, [ROOT / "crds" / "specfleet.io_speculativedeployments.yaml"])
     namespace = f"bench-{free_port()}"
     kubernetes.client.CoreV1Api(cluster.api_client()).create_namespace({"metadata": {"name": namespace}})
     return cluster, namespace

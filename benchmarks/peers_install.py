@@ -1,7 +1,6 @@
 """The peers for benchmarks/peers.py: Argo Rollouts' and Flagger's binaries (built into the project's cache
 when missing) and CRDs, and the command that runs each controller out of cluster."""
 
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,12 +24,9 @@ def peer_binaries() -> tuple[dict[str, Path], Path, Path]:
 
 def install_peer_crds(cluster: Any, argo_crds: Path, flagger_crds: Path) -> None:
     """Apply Argo Rollouts' and Flagger's CRDs and wait until every CRD is Established."""
-    kubectl = [str(cluster.kubectl), "--kubeconfig", str(cluster.kubeconfig)]
-    for crd in [*sorted(argo_crds.glob("*.yaml")), flagger_crds / "crd.yaml"]:
-        subprocess.run([*kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(crd)], check=True,
-                       capture_output=True)  # fmt: skip
-    subprocess.run([*kubectl, "wait", "--for=condition=Established", "crd", "--all"], check=True,
-                   capture_output=True)  # fmt: skip
+    from specfleet.devcluster.crds import apply_crds
+
+    apply_crds(cluster, [*sorted(argo_crds.glob("*.yaml")), flagger_crds / "crd.yaml"])
 
 
 def controller_command(controller: str, binaries: dict[str, Path], cluster: Any, namespace: str) -> tuple[

@@ -27,6 +27,7 @@ from specfleet.api.crd import crd
 from specfleet.api.vocabulary import GROUP, PLURAL, VERSION
 from specfleet.console import make_console
 from specfleet.devcluster.cluster import ClusterInfo, down, status, up
+from specfleet.devcluster.crds import apply_crds
 from specfleet.devcluster.paths import default_state_dir
 from specfleet.devcluster.process import signals_as_interrupts, signals_deferred, signals_ignored
 from specfleet.fleetpods.loopback import free_port
@@ -146,15 +147,7 @@ class Demo:
         cluster = up(console=self.console)
         self.cluster = cluster
         api = cluster.api_client()
-        subprocess.run(
-            [str(cluster.kubectl), "--kubeconfig", str(cluster.kubeconfig), "apply", "--server-side",
-             "--force-conflicts", "-f", "-"],
-            input=yaml.safe_dump(crd()).encode(), check=True, capture_output=True, timeout=60,
-        )  # fmt: skip
-        subprocess.run(
-            [str(cluster.kubectl), "--kubeconfig", str(cluster.kubeconfig), "wait", "--for=condition=Established",
-             "crd/speculativedeployments.specfleet.io"], check=True, capture_output=True, timeout=90,
-        )  # fmt: skip
+        apply_crds(cluster, [yaml.safe_dump(crd())])
         core = kubernetes.client.CoreV1Api(api)
         try:
             core.create_namespace(

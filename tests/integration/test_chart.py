@@ -26,6 +26,7 @@ import yaml
 
 from specfleet import chartgen
 from specfleet.devcluster.cluster import ClusterInfo
+from specfleet.devcluster.crds import apply_crds
 
 from fleetkit import Fleet, healthy, sdep, wait_for
 from speckit import FULL_TEMPLATE
@@ -142,12 +143,9 @@ def monitoring_crds(cluster: Cluster) -> Iterator[None]:
         }
         for kind, plural in MONITORING_KINDS.items()
     ]
-    manifest = yaml.safe_dump_all(crds)
-    cluster.kubectl("apply", "-f", "-", stdin=manifest)
-    names = [f"crd/{plural}.monitoring.coreos.com" for plural in MONITORING_KINDS.values()]
-    cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *names)
+    names = apply_crds(cluster.info, [yaml.safe_dump_all(crds)])
     yield
-    cluster.kubectl("delete", "--wait=true", "--timeout=60s", *names, check=False)
+    cluster.kubectl("delete", "--wait=true", "--timeout=60s", *(f"crd/{name}" for name in names), check=False)
 
 
 @contextlib.contextmanager

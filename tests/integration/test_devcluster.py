@@ -14,9 +14,11 @@ from typing import Any, TypeVar
 
 import kubernetes
 import pytest
+import yaml
 
 from specfleet.devcluster import cluster
 from specfleet.devcluster.config import free_ports
+from specfleet.devcluster.crds import apply_crds
 from specfleet.devcluster.nodes import GPU_RESOURCE, pool_from_counts
 from specfleet.devcluster.versions import HELM_VERSION, KUBERNETES_VERSION
 
@@ -148,6 +150,47 @@ def test_the_api_server_rejects_an_invalid_object(k8s_api: kubernetes.client.Api
     assert body["reason"] == "Invalid"
     assert "spec.replicas: Invalid value: -1" in body["message"]
     assert "`selector` does not match template `labels`" in body["message"]
+
+
+def test_crds_just_created_are_served_when_apply_crds_returns(
+    k8s_api: kubernetes.client.ApiClient, dev_cluster: cluster.ClusterInfo, namespace: str
+) -> None:
+    """A CRD a moment old has no conditions yet, where `kubectl wait --for=condition=Established` exits 1 at
+    once (a CI run lost 108 tests to it): apply_crds waits them out, so an object of each kind can be made."""
+    group = f"{namespace}.example.io"
+    kinds = [f"Thing{i}" for i in range(4)]
+    manifest = yaml.safe_dump_all(
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{kind.lower()}s.{group}"},
+            "spec": {
+                "group": group,
+                "scope": "Namespaced",
+                "names": {"kind": kind, "plural": f"{kind.lower()}s"},
+                "versions": [
+                    {
+                        "name": "v1",
+                        "served": True,
+                        "storage": True,
+                        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                    }
+                ],
+            },
+        }
+        for kind in kinds
+    )
+    custom = kubernetes.client.CustomObjectsApi(k8s_api)
+    names = apply_crds(dev_cluster, [manifest])
+    try:
+        assert names == [f"{kind.lower()}s.{group}" for kind in kinds]
+        for kind in kinds:
+            body = {"apiVersion": f"{group}/v1", "kind": kind, "metadata": {"name": "one"}}
+            custom.create_namespaced_custom_object(group, "v1", namespace, f"{kind.lower()}s", body)
+    finally:
+        extensions = kubernetes.client.ApiextensionsV1Api(k8s_api)
+        for name in names:
+            extensions.delete_custom_resource_definition(name)
 
 
 def test_strict_field_validation_refuses_unknown_fields(dev_cluster: cluster.ClusterInfo, namespace: str) -> None:

@@ -9,10 +9,10 @@ import json
 import os
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 from specfleet.devcluster.cluster import ClusterError, ClusterInfo
+from specfleet.devcluster.crds import apply_crds
 
 GATEWAY_API = "sigs.k8s.io/gateway-api@v1.6.3"
 """v1.7 needs go 1.27."""
@@ -35,26 +35,6 @@ def httproute_crd_file() -> Path:
     return Path(json.loads(download.stdout)["Dir"]) / HTTPROUTE_CRD
 
 
-def install_httproute_crd(cluster: ClusterInfo, timeout: float = 90.0) -> None:
+def install_httproute_crd(cluster: ClusterInfo) -> None:
     """Apply the HTTPRoute CRD (server-side, idempotent) and wait until the API server serves it."""
-    kubectl = [str(cluster.kubectl), "--kubeconfig", str(cluster.kubeconfig)]
-    subprocess.run(
-        [*kubectl, "apply", "--server-side", "-f", str(httproute_crd_file())],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    established = "jsonpath={.status.conditions[?(@.type=='Established')].status}"
-    deadline = time.monotonic() + timeout
-    while True:  # `kubectl wait` errors out while .status.conditions is still null
-        got = subprocess.run(
-            [*kubectl, "get", "crd/httproutes.gateway.networking.k8s.io", "-o", established],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-        if got.stdout.strip() == "True":
-            return
-        if time.monotonic() > deadline:
-            raise ClusterError(f"the HTTPRoute CRD was not Established within {timeout:.0f}s: {got.stderr.strip()}")
-        time.sleep(0.5)
+    apply_crds(cluster, [httproute_crd_file()])
