@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_SERVERS = 3
 """About 2.5 GiB per server (PSS of the API server and the engine core, which holds the model and a 1 GiB KV cache)."""
 STARTUP_SECONDS = 900.0
+PORT_ATTEMPTS = 5
+"""Launches of one server whose port was taken before vllm serve could bind it (a port is picked free, and
+vllm binds it ~30 s later: another process, or an outgoing connection, can take it meanwhile)."""
 """Launch to /health: 45-70 s on 2 idle cores, over 5 minutes when the box is busy (two servers, tests)."""
 STOP_SECONDS = 30.0
 PROMPTS = (
@@ -86,6 +89,8 @@ class Server:
     process: subprocess.Popen[bytes] | None = None
     sent: int = 0
     failed_requests: int = 0
+    launches: int = 0
+    log_offset: int = 0
     stop: threading.Event = field(default_factory=threading.Event)
 
 
@@ -255,9 +260,11 @@ class RealEngine:
             log.error("pod %s cannot run on real vLLM: %s", server.info.key, error)
             return
         server.port, server.translation = port, translation
+        server.launches += 1
         changes = "; ".join(translation.changes)
         log.info("pod %s: starting vllm serve on port %d; translated: %s", server.info.key, port, changes)
         with self._log_path(server).open("ab") as output:
+            server.log_offset = output.tell()
             server.process = subprocess.Popen(
                 [str(self.home.vllm), "serve", *translation.argv],
                 env=self.home.env(),
@@ -277,6 +284,14 @@ class RealEngine:
         while not _get(f"{base}/health"):
             if server.stop.wait(1.0):
                 return
+            if server.process.poll() is not None and self._lost_its_port(server):
+                _signal_group(server.process.pid, signal.SIGKILL)  # whatever it had started
+                with self._lock:
+                    taken = (server.info.key, server.port)
+                    log.warning("pod %s: port %d was taken before vllm serve bound it: another port", *taken)
+                    if not server.stop.is_set():
+                        self._launch(server)
+                return
             if server.process.poll() is not None or time.monotonic() > deadline:
                 self._terminate(server)
                 with self._lock:
@@ -293,6 +308,14 @@ class RealEngine:
             log.info("pod %s: serving %s", server.info.key, base)
             self._write_targets()
         self._drive(server, base)
+
+    def _lost_its_port(self, server: Server) -> bool:
+        """Whether this launch of vllm serve exited because its port was in use, and may be tried again."""
+        if server.launches >= PORT_ATTEMPTS:
+            return False
+        with self._log_path(server).open("rb") as output:
+            output.seek(server.log_offset)
+            return b"Address already in use" in output.read()
 
     def _drive(self, server: Server, base: str) -> None:
         """Fixed-interval arrivals until `requests` were sent or the pod goes."""

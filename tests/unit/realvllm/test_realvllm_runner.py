@@ -2,6 +2,7 @@
 
 import json
 import os
+import socket
 import sys
 import urllib.error
 import urllib.request
@@ -11,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from specfleet.fleetpods.loopback import free_port
+from specfleet.realvllm import runner
 from specfleet.realvllm.front import PodFront, pod_route
 from specfleet.realvllm.install import VllmHome
 from specfleet.realvllm.runner import LoadPlan, RealEngine
@@ -167,3 +170,18 @@ def test_the_front_passes_a_pods_requests_to_its_server_and_says_why_it_cannot(e
         assert post(f"{front.url}/elsewhere", {})[0] == 404
     finally:
         front.stop()
+
+
+def test_a_port_taken_before_vllm_binds_it_is_replaced_by_another(
+    engine: RealEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A port free when picked can be taken in the half minute vllm serve needs to bind it (a CI run's good
+    canary never served: "Address already in use"); the server starts again on another port."""
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        ports = iter([squatter.getsockname()[1]])
+        monkeypatch.setattr(runner, "free_port", lambda: next(ports, None) or free_port())
+        engine.upsert_pod(pod("a"), {})
+        row = wait_for("a to serve", lambda: (r := rows(engine).get("team/a")) and r["state"] == "serving" and r)
+        assert row["url"] != f"http://127.0.0.1:{squatter.getsockname()[1]}"
