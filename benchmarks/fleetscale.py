@@ -67,8 +67,10 @@ def measure(
     audit_log: Path,
     idle: float,
     timeout: float,
+    arrival: float = 0.0,
 ) -> dict[str, Any]:
-    """One contender's figures. `controller()` starts its process (yielding the pid once it is serving)."""
+    """One contender's figures. `controller()` starts its process (yielding the pid once it is serving).
+    `arrival` > 0 paces the creates evenly over that many seconds (as fast as they go otherwise)."""
     core = kubernetes.client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": namespace}})
     contender.prepare(api, namespace)
@@ -79,7 +81,7 @@ def measure(
             created: dict[str, float] = {}
             with _watching(contender, api, namespace, count, converged, timeout):
                 started = time.monotonic()
-                _create_all(contender, api, namespace, count, created)
+                _create_all(contender, api, namespace, count, created, arrival)
             cpu = process_usage(pid).cpu_seconds
             events, offset = audit_events(audit_log, offset)
             busy = controller_requests(events)
@@ -95,6 +97,7 @@ def measure(
         "converged": len(converged),
         "all_converged_seconds": round(total, 1) if total is not None else None,
         "create_seconds": round(max(created.values()) - started, 1),
+        "arrival_seconds": arrival,
         "per_object_seconds": {name: round(percentile(each, q), 1) if each else None for name, q in QUANTILES.items()},
         "cpu_seconds": round(cpu, 1),
         "peak_rss_mib": round(after_idle.peak_rss_mib, 1),
@@ -145,21 +148,30 @@ def _watching(
 
 
 def _create_all(
-    contender: Contender, api: kubernetes.client.ApiClient, namespace: str, count: int, created: dict[str, float]
+    contender: Contender,
+    api: kubernetes.client.ApiClient,
+    namespace: str,
+    count: int,
+    created: dict[str, float],
+    arrival: float,
 ) -> None:
-    """Create `count` fleets from 8 threads; `created` gets when each one's creation returned."""
+    """Create `count` fleets from 8 threads, the i-th no earlier than i x arrival / count seconds after the start
+    (controllers compared at the same arrival rate); `created` gets when each one's creation returned."""
     names = [f"scale-{i:04d}" for i in range(count)]
     errors: list[BaseException] = []
+    start = time.monotonic()
 
-    def create(chunk: list[str]) -> None:
+    def create(chunk: list[tuple[int, str]]) -> None:
         try:
-            for name in chunk:
+            for index, name in chunk:
+                time.sleep(max(0.0, start + index * arrival / count - time.monotonic()))
                 contender.create(api, namespace, name)
                 created[name] = time.monotonic()
         except BaseException as error:  # reported after every thread has ended
             errors.append(error)
 
-    threads = [threading.Thread(target=create, args=(names[i::8],)) for i in range(8)]
+    numbered = list(enumerate(names))
+    threads = [threading.Thread(target=create, args=(numbered[i::8],)) for i in range(8)]
     for thread in threads:
         thread.start()
     for thread in threads:

@@ -27,6 +27,7 @@ minute over `--idle` seconds in which nothing changes.
 
     python benchmarks/peers.py --trials 20 --phases rollback   # both settings, 54 minutes on 2 cores
     python benchmarks/peers.py --phases scale --scale 1000      # about 40 minutes (1,000 per controller)
+    python benchmarks/peers.py --phases scale --scale 1000 --scale-arrival 90   # each at the same arrival rate
     python benchmarks/peers.py --quick                # tuned settings, 3 trials, about 15 minutes
 
 Prints the tables and the JSON, writes docs/peers-rollback.png. The cluster and every process stop on exit.
@@ -91,6 +92,9 @@ def main() -> None:
     parser.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES), help=phases)
     parser.add_argument("--scale", type=int, default=1000, help="fleets per controller in the scale phase")
     parser.add_argument("--idle", type=float, default=300.0, help="seconds the scale phase counts idle writes")
+    parser.add_argument("--scale-arrival", type=float, default=0.0,
+                        help="spread each controller's creates evenly over this many seconds, so the controllers meet "
+                             "the same arrival rate (0: as fast as 8 client threads go)")  # fmt: skip
     parser.add_argument("--scale-controllers", nargs="+", choices=CONTROLLERS, default=list(CONTROLLERS),
                         help="the controllers of the scale phase, in this order")  # fmt: skip
     args = parser.parse_args()

@@ -342,7 +342,7 @@ def scale_phase(args: argparse.Namespace, cluster: Any, api: Any, binaries: dict
         say(f"scale: {args.scale} {controller} fleets")
         figures[controller] = fleetscale.measure(
             SCALE_CONTENDERS[controller](cluster.prometheus_url), args.scale, api, namespace, serving,
-            cluster.state_dir / "logs" / "audit.log", args.idle, timeout=1800,
+            cluster.state_dir / "logs" / "audit.log", args.idle, timeout=1800, arrival=args.scale_arrival,
         )  # fmt: skip
         say(f"scale: {controller}: {json.dumps(figures[controller])}")
     return figures
