@@ -43,10 +43,10 @@ log = logging.getLogger(__name__)
 DEFAULT_MAX_SERVERS = 3
 """About 2.5 GiB per server (PSS of the API server and the engine core, which holds the model and a 1 GiB KV cache)."""
 STARTUP_SECONDS = 900.0
+"""Launch to /health: 45-70 s on 2 idle cores, over 5 minutes when the box is busy (two servers, tests)."""
 PORT_ATTEMPTS = 5
 """Launches of one server whose port was taken before vllm serve could bind it (a port is picked free, and
 vllm binds it ~30 s later: another process, or an outgoing connection, can take it meanwhile)."""
-"""Launch to /health: 45-70 s on 2 idle cores, over 5 minutes when the box is busy (two servers, tests)."""
 STOP_SECONDS = 30.0
 PROMPTS = (
     "def foo(self): return self.x\n" * 6,
