@@ -44,6 +44,7 @@ def apply_crds(cluster: ClusterInfo, manifests: Iterable[Path | str], timeout: f
     names: list[str] = []
     for manifest in manifests:
         text = manifest.read_text() if isinstance(manifest, Path) else manifest
+        in_manifest = crd_names(text)
         applied = subprocess.run(
             [*kubectl, "apply", "--server-side", "--force-conflicts", "-f", "-"],
             input=text,
@@ -52,8 +53,8 @@ def apply_crds(cluster: ClusterInfo, manifests: Iterable[Path | str], timeout: f
             timeout=60,
         )
         if applied.returncode != 0:
-            raise ClusterError(f"applying {crd_names(text)} failed: {applied.stderr.strip()}")
-        names += crd_names(text)
+            raise ClusterError(f"applying {', '.join(in_manifest)} failed: {applied.stderr.strip()}")
+        names += in_manifest
     wait_established(cluster, names, timeout)
     return names
 
