@@ -91,6 +91,10 @@ class Measurements(ApiModel):
     """Mean engine-step latency: with the batch size, what the load-aware depth is fitted to."""
     batch_size_mean: float | None = None
     """Requests running per pod, averaged over the range (`vllm:num_requests_running`): the batch size."""
+    prefill_tokens_per_step: float | None = None
+    """Prompt tokens prefilled per engine step per pod: prompt tokens / inter-token-latency observations x
+    the batch (vLLM observes the step latency once per decoding request per step). The load-aware depth
+    counts them with the tokens a step verifies."""
     ttft_p95_seconds: float | None = None
     """p95 time to first token over finished requests, in seconds."""
     error_rate: float | None = None
@@ -309,6 +313,8 @@ class LoadPointStatus(ApiModel):
     """Mean engine-step time at that depth and batch size, in seconds."""
     samples: float
     """Finished requests behind the measurement (its weight in the fit)."""
+    prefill_tokens: float = 0.0
+    """Prompt tokens prefilled per step at that load: computed in the same passes as the drafts."""
     time: datetime
     """When it was measured."""
 
@@ -348,6 +354,9 @@ class AutoTuneStatus(ApiModel):
     """The drafter the points are of (method, model, revision): another drafter starts the points anew."""
     acceptance_per_position: Annotated[list[float], Field(max_length=64)] = []
     """The longest per-position acceptance measured of that drafter: its tokens per step at any k."""
+    prompt_tokens_per_output_token: float | None = None
+    """The traffic's mix at the last measurement: prompt tokens / output tokens. With the tokens per step, it
+    says how many prompt tokens a step at a given batch prefills (a request enters as one finishes)."""
     points: Annotated[list[LoadPointStatus], Field(max_length=32)] = []
     """The latest mean step times measured at the depths and batch sizes the fleet served: what the
     schedule is fitted to."""

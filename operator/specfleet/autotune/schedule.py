@@ -6,12 +6,17 @@ running requests per pod (the batch B) and the depth k the steps ran at: a `Load
 or more batch levels and two or more depths, `fit_step_model` fits the simulator's shape of a step
 (docs/simulator.md, `specfleet.sim.model.step_seconds`):
 
-    step(k, B) = h + g(k) d max(1, n / K) + max(m + v B, m B (k + 1) / K)
+    step(k, B) = h + g(k) d max(1, n / K) + max(m + v B, m (B (k + 1) + P) / K)
 
 h is the fixed cost of a step, d one drafter pass (g(k) = k passes of n = B tokens for sequential drafters,
 one pass of n = B k tokens for parallel ones), m the memory-bound target pass (weights), v the KV cache one
 running request adds to it, and K the knee: past K tokens per pass (the roofline's ridge, where computing
-them takes as long as streaming the weights) the target pass grows with the B (k + 1) tokens it verifies.
+them takes as long as streaming the weights) the target pass grows with the tokens it computes: the B (k + 1)
+it verifies and the P prompt tokens of the requests admitted into the step (their prefill). P is measured with
+each point (prompt tokens / inter-token-latency count x B: the prompts a decode step carries) and predicted
+from the traffic's mix, B x (prompt tokens per output token) x (tokens per step): a request enters as one
+finishes. On busy pods P is a third of a pass or more; left out, the bend looks like a knee far below the
+true one.
 Drafter passes reach the same ridge at n = K tokens; the fit takes a whole drafter pass as weight streaming
 there, while the simulator keeps its fixed part (`draft_pass_overhead_ms`) flat: past K requests per pod
 (K / k for parallel drafters) the fit overstates drafting by that part, a few percent of the step.
@@ -74,17 +79,21 @@ class LoadPoint:
     """Mean engine-step time: inter-token-latency sum / count."""
     samples: float
     """Step observations behind the mean (inter-token-latency count): the point's weight in the fit."""
+    prefill_tokens: float = 0.0
+    """Mean prompt tokens prefilled per step (prompt tokens / inter-token-latency count x batch)."""
 
     def __post_init__(self) -> None:
         if self.k < 0 or not self.batch > 0 or not self.step_seconds > 0 or not self.samples > 0:
             raise ValueError(f"invalid load point {self}: k >= 0, batch, step_seconds and samples > 0 required")
-        if not all(math.isfinite(v) for v in (self.batch, self.step_seconds, self.samples)):
+        if not self.prefill_tokens >= 0:
+            raise ValueError(f"invalid load point {self}: prefill_tokens >= 0 required")
+        if not all(math.isfinite(v) for v in (self.batch, self.step_seconds, self.samples, self.prefill_tokens)):
             raise ValueError(f"invalid load point {self}: values must be finite")
 
     @property
     def tokens_per_pass(self) -> float:
-        """Tokens the target pass verifies: B (k + 1)."""
-        return self.batch * (self.k + 1)
+        """Tokens the target pass computes: B (k + 1) verified, and the prompts prefilled with them."""
+        return self.batch * (self.k + 1) + self.prefill_tokens
 
 
 @dataclass(frozen=True)
@@ -120,11 +129,12 @@ class StepFit:
         """The drafter's share of a step at depth k with `batch` running requests."""
         return self.draft_pass_seconds * _drafter_passes(k, batch, self.parallel_drafter, self.knee_tokens)
 
-    def step_seconds(self, k: int, batch: float) -> float:
-        """Predicted mean step time at depth k with `batch` running requests."""
+    def step_seconds(self, k: int, batch: float, prefill_tokens: float = 0.0) -> float:
+        """Predicted mean step time at depth k with `batch` running requests and `prefill_tokens` prompt tokens."""
         memory = self.target_seconds + self.kv_seconds_per_request * batch
         knee = self.knee_tokens
-        target = memory if knee is None else max(memory, self.target_seconds * batch * (k + 1) / knee)
+        tokens = batch * (k + 1) + prefill_tokens
+        target = memory if knee is None else max(memory, self.target_seconds * tokens / knee)
         return self.overhead_seconds + self.draft_seconds(k, batch) + target
 
 
@@ -256,7 +266,7 @@ def _relative_rms(fitted: dict[str, float], points: Sequence[LoadPoint], knee: f
     )
     total = sum(p.samples for p in points)
     return math.sqrt(
-        sum(p.samples * ((fit.step_seconds(p.k, p.batch) - p.step_seconds) / p.step_seconds) ** 2 for p in points)
+        sum(p.samples * ((fit.step_seconds(p.k, p.batch, p.prefill_tokens) / p.step_seconds - 1) ** 2) for p in points)
         / total
     )
 
@@ -379,9 +389,21 @@ def extrapolated_depths(acceptance_per_position: Sequence[float], ks: Sequence[i
     return tuple(sorted(k for k in set(ks) if k > len(acceptance_per_position)))
 
 
-def predicted_token_latency(fit: StepFit, acceptance_per_position: Sequence[float], k: int, batch: float) -> float:
-    """Predicted mean time per output token at depth k and `batch` running requests: step time / tokens per step."""
-    return fit.step_seconds(k, batch) / expected_tokens_per_step(acceptance_per_position, k)
+def predicted_token_latency(
+    fit: StepFit,
+    acceptance_per_position: Sequence[float],
+    k: int,
+    batch: float,
+    prompt_tokens_per_output_token: float = 0.0,
+) -> float:
+    """Predicted mean time per output token at depth k and `batch` running requests: step time / tokens per step.
+
+    The step carries the prompts of the requests that replace the finished ones: `batch` x tokens per step x
+    the traffic's prompt tokens per output token.
+    """
+    tokens = expected_tokens_per_step(acceptance_per_position, k)
+    prefill = batch * tokens * prompt_tokens_per_output_token
+    return fit.step_seconds(k, batch, prefill) / tokens
 
 
 def depth_for_batch(k: int, schedule: Sequence[BatchSizeDepth], batch: int) -> int:
@@ -499,11 +521,13 @@ def propose_schedule(
     current_schedule: Sequence[BatchSizeDepth] = (),
     margin: float = MARGIN,
     parallel_drafter: bool = False,
+    prompt_tokens_per_output_token: float = 0.0,
 ) -> Proposal:
     """The depth per power-of-two batch bucket up to `max_batch` with the lowest predicted per-token latency.
 
     `ks` are the depths to choose from (0 = no speculation); `current_k` and `current_schedule` are what the
-    fleet serves (`num_speculative_tokens` and its schedule). The schedule is proposed only when some bucket's
+    fleet serves (`num_speculative_tokens` and its schedule); `prompt_tokens_per_output_token` is the traffic's
+    mix, which sets the prompts prefilled per step at each batch. The schedule is proposed only when some bucket's
     depth is predicted more than `margin` faster per token than its current one (then every bucket gets its
     best depth, so re-proposing from the same measurements once it is applied proposes nothing). Without a
     knee in the data nothing is proposed: below it speculation's cost per step does not grow with the batch
@@ -512,6 +536,8 @@ def propose_schedule(
     """
     if not ks or any(not 0 <= k <= 64 for k in ks):
         raise ValueError(f"ks must be depths in 0..64, got {list(ks)}")
+    if not (math.isfinite(prompt_tokens_per_output_token) and prompt_tokens_per_output_token >= 0):
+        raise ValueError(f"prompt_tokens_per_output_token must be >= 0, got {prompt_tokens_per_output_token}")
     fit = fit_step_model(points, parallel_drafter=parallel_drafter)
     if isinstance(fit, NoFit):
         return Proposal(schedule=None, reason=fit.reason)
@@ -519,12 +545,13 @@ def propose_schedule(
     if not acceptance_per_position and any([*depths, current_k]):
         return Proposal(schedule=None, reason="no per-position acceptance measured: tokens per step unknown", fit=fit)
     top_batch = max(p.batch for p in points)
+    mix = prompt_tokens_per_output_token
     buckets = []
     for start, end in batch_buckets(max_batch):
         batch = math.sqrt(start * end)
-        latencies = tuple((k, predicted_token_latency(fit, acceptance_per_position, k, batch)) for k in depths)
+        latencies = tuple((k, predicted_token_latency(fit, acceptance_per_position, k, batch, mix)) for k in depths)
         current = depth_for_batch(current_k, current_schedule, round(batch))
-        current_seconds = predicted_token_latency(fit, acceptance_per_position, current, batch)
+        current_seconds = predicted_token_latency(fit, acceptance_per_position, current, batch, mix)
         fastest = min(seconds for _, seconds in latencies)
         chosen = min(k for k, seconds in latencies if seconds <= fastest * (1 + TIE))
         buckets.append(

@@ -135,6 +135,13 @@ class TrackEvidence:
         return self.per_pod_load * self.token_latency_mean * tokens
 
     @property
+    def prefill_tokens_per_step(self) -> float | None:
+        """Prompt tokens prefilled per engine step per pod: the step latency is observed once per decoding
+        request per step, so prompt tokens / its count is the prefill per decoding request of a step."""
+        per_request = ratio(self.prompt_tokens, self.step_latency.total if self.step_latency else None)
+        return None if per_request is None or self.batch_mean is None else per_request * self.batch_mean
+
+    @property
     def latency_design_effect(self) -> float:
         """How many requests count as one independent per-token latency sample (1 without a batch to read)."""
         batch = self.batch
@@ -174,6 +181,7 @@ def measurements(evidence: TrackEvidence) -> Measurements:
         step_latency_p95_seconds=rounded(quantile(e.step_latency, LATENCY_QUANTILE)),
         step_latency_mean_seconds=rounded(e.step_latency_mean),
         batch_size_mean=rounded(e.batch_mean, 3),
+        prefill_tokens_per_step=rounded(e.prefill_tokens_per_step, 2),
         ttft_p95_seconds=rounded(quantile(e.ttft, LATENCY_QUANTILE)),
         error_rate=rounded(ratio(e.errors, e.requests)),
         generation_tokens_per_second=rounded(ratio(e.generation_tokens, e.seconds), 3),

@@ -50,7 +50,11 @@ def with_points(
     drafter = drafter_of(served)
     if status.drafter != drafter:
         status = AutoTuneStatus(drafter=drafter)
-    points, per_position = list(status.points), status.acceptance_per_position
+    points, per_position, mix = (
+        list(status.points),
+        status.acceptance_per_position,
+        status.prompt_tokens_per_output_token,
+    )
     for k, m in measured:
         if m.step_latency_mean_seconds and m.batch_size_mean and m.requests:
             points.append(
@@ -59,19 +63,27 @@ def with_points(
                     batch=m.batch_size_mean,
                     step_seconds=m.step_latency_mean_seconds,
                     samples=m.requests,
+                    prefill_tokens=m.prefill_tokens_per_step or 0.0,
                     time=when,
                 )
             )
         if len(m.acceptance_per_position) >= len(per_position):
             per_position = m.acceptance_per_position
-    status = status.model_copy(update={"points": points[-MAX_POINTS:], "acceptance_per_position": per_position})
+        if m.prompt_tokens_per_request is not None and m.output_tokens_per_request:
+            mix = round(m.prompt_tokens_per_request / m.output_tokens_per_request, 4)
+    update = {
+        "points": points[-MAX_POINTS:],
+        "acceptance_per_position": per_position,
+        "prompt_tokens_per_output_token": mix,
+    }
+    status = status.model_copy(update=update)
     return _propose(p.with_status(auto_tune=status), served)
 
 
 def _propose(p: Pass, served: SpeculativeDeploymentSpec) -> Pass:
     status = p.status.auto_tune
     assert status is not None
-    points = [LoadPoint(pt.k, pt.batch, pt.step_seconds, pt.samples) for pt in status.points]
+    points = [LoadPoint(pt.k, pt.batch, pt.step_seconds, pt.samples, pt.prefill_tokens) for pt in status.points]
     if not points:
         return p
     current = depth(served)
@@ -85,6 +97,7 @@ def _propose(p: Pass, served: SpeculativeDeploymentSpec) -> Pass:
         current_k=current,
         current_schedule=served.speculative.num_speculative_tokens_per_batch_size or (),
         parallel_drafter=served.speculative.method in PARALLEL_METHODS or bool(served.speculative.parallel_drafting),
+        prompt_tokens_per_output_token=status.prompt_tokens_per_output_token or 0.0,
     )
     new = _as_status(proposal, p.obs.now)
     old = status.proposal

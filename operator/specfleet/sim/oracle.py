@@ -96,6 +96,9 @@ class Prediction:
     """Mean engine step as a decoding request sees it (each step weighted by the requests in it)."""
     overloaded: bool
     """Arrivals outpace what `--max-num-seqs` requests can finish: the queue grows, the batch stays full."""
+    prefill_tokens: float
+    """Mean prompt tokens prefilled per step: a request enters as one finishes, so batch / steps per request
+    prompts a step (what vLLM's prompt-token counter over its inter-token-latency count, times the batch, reads)."""
 
 
 @dataclass(frozen=True)
@@ -161,13 +164,15 @@ def predict(config: EngineConfig) -> Prediction:
             break
     else:
         if growth >= 1:
-            return Prediction(seconds * work.steps_per_token, config.max_num_seqs, seconds, overloaded=True)
+            prefill = config.max_num_seqs * config.prompt_tokens / work.steps
+            return Prediction(seconds * work.steps_per_token, config.max_num_seqs, seconds, True, prefill)
         tail = term * growth / (1 - growth)  # requests waiting beyond --max-num-seqs: the batch stays full
         total += tail
         busy += config.max_num_seqs * tail
         request_steps += config.max_num_seqs * tail / seconds
-    seen = busy / request_steps
-    return Prediction(seen * work.steps_per_token, busy / total, seen, overloaded=False)
+    seen, mean_batch = busy / request_steps, busy / total
+    prefill = mean_batch * config.prompt_tokens / work.steps
+    return Prediction(seen * work.steps_per_token, mean_batch, seen, False, prefill)
 
 
 def token_latency(config: EngineConfig) -> float:

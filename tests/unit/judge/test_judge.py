@@ -15,7 +15,7 @@ import pytest
 
 from specfleet.api.spec import Guardrails
 from specfleet.api.status import Verdict
-from specfleet.judge import TrackEvidence, judge
+from specfleet.judge import TrackEvidence, judge, measurements
 from specfleet.render.argv import FINE_ITL_BUCKETS
 from specfleet.stats import Binned
 
@@ -462,3 +462,18 @@ def test_over_many_looks_wrong_verdicts_stay_within_the_confidence(effect: dict,
     outcomes = [_sequential_outcome(seed=seed, **effect) for seed in range(100)]
     assert outcomes.count(wrong) <= 1, outcomes.count(wrong)
     assert outcomes.count(Verdict.INCONCLUSIVE) < 100  # the looks decide something: the test can fail
+
+
+@pytest.mark.parametrize(("batch", "prefill"), [(4.0, 30.0), (64.0, 140.0), (256.0, 0.0)])
+def test_the_prompts_a_step_prefills_are_read_from_the_counters(batch: float, prefill: float) -> None:
+    """vLLM observes the step latency once per decoding request per step, and counts every prompt token once:
+    over 2,000 steps of `batch` decoding requests that each prefill `prefill` prompt tokens, the counters give
+    back the prefill per step."""
+    steps = 2000
+    evidence = TrackEvidence(
+        step_latency=binned([0.01] * int(steps * batch), tuple(FINE_ITL_BUCKETS)),
+        prompt_tokens=steps * prefill,
+        batch_mean=batch,
+    )
+    assert measurements(evidence).prefill_tokens_per_step == pytest.approx(prefill, abs=0.01)
+    assert measurements(TrackEvidence(prompt_tokens=100.0, batch_mean=batch)).prefill_tokens_per_step is None

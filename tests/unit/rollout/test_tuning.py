@@ -137,3 +137,22 @@ def test_another_drafter_starts_the_points_anew() -> None:
     look(fleet, 8)
     assert fleet.status.auto_tune is not None and fleet.status.auto_tune.drafter.startswith("ngram")
     assert len(fleet.status.auto_tune.points) == 1
+
+
+def test_a_look_keeps_the_prompts_its_steps_prefilled_and_the_traffic_mix() -> None:
+    """Prompts are computed in the same passes as the drafts: the point records them, and the proposal's
+    predictions take the traffic's prompt tokens per output token from the latest look."""
+    fleet = tuning_fleet()
+    fleet.now += timedelta(minutes=1)
+    assert fleet.step().fleet_look_due and fleet.status.stable_revision is not None
+    busy = measured_at(96).model_copy(
+        update={
+            "prefill_tokens_per_step": 140.0,
+            "prompt_tokens_per_request": 512.0,
+            "output_tokens_per_request": 1024.0,
+        }
+    )
+    fleet.step_with(fleet_look=FleetLook(time=fleet.now, revision=fleet.status.stable_revision, stable=busy))
+    tuned = fleet.status.auto_tune
+    assert tuned is not None and tuned.points[-1].prefill_tokens == 140.0
+    assert tuned.prompt_tokens_per_output_token == 0.5

@@ -4,14 +4,17 @@ Points are stated as a user would (alpha, its spread and decay, the drafter's co
 the engine runs 400 simulated seconds after a warm-up, enough for a mean over a few thousand requests.
 """
 
+import math
 import random
 from typing import Any
 
 import pytest
 
 from specfleet.hardware import MI300X
+from specfleet.judge import TrackEvidence, measurements
 from specfleet.sim.engine import Engine
 from specfleet.sim.oracle import Setup, best_depth, predict
+from specfleet.stats import Binned
 
 WARMUP = 60.0
 SECONDS = 400.0
@@ -87,3 +90,27 @@ def test_what_the_oracle_does_not_model_is_refused() -> None:
     setup = Setup(knobs={"error_rate": 0.01})
     with pytest.raises(ValueError, match="errors"):
         predict(setup.config(4))
+
+
+@pytest.mark.parametrize(("load", "k"), [(15.0, 3), (40.0, 3)])
+def test_the_prompts_a_step_prefills_are_what_the_operator_reads_from_the_counters(load: float, k: int) -> None:
+    """The engine's prompt-token counter over its inter-token-latency count, times the batch (the operator's
+    reading of the prefill per step), agrees with the oracle's steady state, below and past the knee."""
+    setup = Setup(gpu=MI300X, tensor_parallel_size=2, knobs={"acceptance": 0.55, "load": load, "output_tokens": 512})
+    args, config = setup.pod(k)
+    engine = Engine(config, args.histogram_buckets, random.Random(3), 0.0)
+    engine.advance_to(WARMUP)
+    metrics = engine.metrics
+    before = (metrics.prompt_tokens, metrics.inter_token_latency.count, metrics.decode_time.total)
+    finished = metrics.decode_time.count
+    engine.advance_to(WARMUP + SECONDS)
+    steps_seen = metrics.inter_token_latency.count - before[1]
+    batch = config.load * (metrics.decode_time.total - before[2]) / (metrics.decode_time.count - finished)
+    evidence = TrackEvidence(
+        prompt_tokens=metrics.prompt_tokens - before[0],
+        step_latency=Binned.from_buckets({math.inf: float(steps_seen)}),
+        batch_mean=batch,
+    )
+    read = measurements(evidence).prefill_tokens_per_step
+    # past the knee the oracle reads 2-4% low (module docstring): 137.8 predicted, 142.6 read at 40/s
+    assert read == pytest.approx(predict(setup.config(k)).prefill_tokens, rel=2 * TOLERANCE)
