@@ -6,7 +6,6 @@ scheduler's serving ports, kwok's server), which must never happen on a shared m
 """
 
 import base64
-import socket
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import yaml
 
 from specfleet.api.vocabulary import LABEL_PREFLIGHT
+from specfleet.fleetpods import loopback
 
 LOOPBACK = "127.0.0.1"
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
@@ -49,17 +49,9 @@ class Ports:
 
 
 def free_ports() -> Ports:
-    """Ports the kernel says are free right now, for throwaway clusters beside the default one."""
-    sockets = []
-    try:
-        for _ in fields(Ports):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((LOOPBACK, 0))
-            sockets.append(sock)
-        return Ports(*(sock.getsockname()[1] for sock in sockets))
-    finally:
-        for sock in sockets:
-            sock.close()
+    """Ports free right now (below the ephemeral range: `fleetpods.loopback.free_port`), for throwaway
+    clusters beside the default one."""
+    return Ports(*loopback.free_ports(len(fields(Ports))))
 
 
 @dataclass(frozen=True)

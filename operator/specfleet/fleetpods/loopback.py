@@ -1,10 +1,13 @@
 """The dev engines' HTTP servers: loopback only, and ready for a load test's bursts of connections."""
 
 import logging
+import random
 import socket
+from collections.abc import Collection
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from ipaddress import IPv4Address
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -32,11 +35,60 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def free_port() -> int:
-    """A loopback port free now (for a child process told where to listen; port 0 would hide which)."""
+QUIET_PORTS_START = 20000
+"""`free_port` picks from here up to the start of the kernel's ephemeral range (32768 by default): bind(0)
+and outgoing connections draw their ports from that range, so a port picked there could be taken by any
+listener on port 0 or any client between the pick and the child's bind (a `vllm serve` binds ~30 s after
+it was told its port, and a test suite starts hundreds of loopback servers and scrapes meanwhile)."""
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+PICKS = 64
+"""Random ports tried before falling back to one the kernel picks."""
+
+
+def _ephemeral_start() -> int:
+    try:
+        return int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default; elsewhere the fallback below still finds a port
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port(exclude: Collection[int] = ()) -> int:
+    """A loopback port free now, for a child process told where to listen (port 0 would hide which).
+
+    Picked at random below the ephemeral range (`QUIET_PORTS_START`), where nothing lands by chance; only
+    another caller's pick could, one chance in ~12,000. Falls back to a kernel-picked port when that range
+    is full or absent.
+    """
+    rng = random.SystemRandom()
+    end = min(_ephemeral_start(), 65536)
+    if end - QUIET_PORTS_START >= 1024:
+        for _ in range(PICKS):
+            port = rng.randrange(QUIET_PORTS_START, end)
+            if port not in exclude and _bindable(port):
+                return port
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in exclude:
+            return port
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct ports, each as `free_port` picks it."""
+    ports: list[int] = []
+    while len(ports) < count:
+        ports.append(free_port(exclude=ports))
+    return ports
 
 
 class LoopbackServer(ThreadingHTTPServer):
