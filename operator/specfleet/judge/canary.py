@@ -42,6 +42,7 @@ from specfleet.stats import (
     log_quantile_se,
     look_budget,
     quantile_bounds,
+    rate_ratio_bounds,
     requests_to_bound,
     sequence_z,
     wilson_bounds,
@@ -93,6 +94,13 @@ class Look:
     def load_ratio(self) -> float | None:
         canary, stable = self.canary.per_pod_load, self.stable.per_pod_load
         return canary / stable if canary is not None and stable else None
+
+    def load_ratio_lower_bound(self) -> float | None:
+        """The lower bound of `load_ratio`, the tracks' finished requests read as Poisson counts."""
+        load, requests = self.load_ratio(), self.canary.requests
+        if load is None or requests <= 0:
+            return None
+        return rate_ratio_bounds(load, requests, self.stable.requests, self.z(requests))[0]
 
     def growth(self) -> Growth:
         """The canary's requests and the time they took: what most checks need more of."""
@@ -196,7 +204,9 @@ def _against_stable(look: Look, name: str, text: str, *, log_ratio: float, bound
         growth=look.growth(),
         show=wording.whole_pct,
     )
-    return at_load(check, load=look.load_ratio(), verb="carried", noun="per-pod load")
+    return at_load(
+        check, load=look.load_ratio(), lowest=look.load_ratio_lower_bound(), verb="carried", noun="per-pod load"
+    )
 
 
 def _token_latency(look: Look) -> Check:
@@ -369,7 +379,8 @@ def _throughput(look: Look, limit: float) -> Check:
         text += f" ({c_tokens:.0f} vs {s_tokens:.0f} output tokens/s per pod)"
     text += f": drop {drop:.1%}, {look.confidence} bounds {lowest:.1%} to {highest:.1%}"
     check = bounded(name, text, estimate=drop, bounds=bounds, limit=limit, growth=look.growth(), show=wording.whole_pct)
-    return at_load(check, load=load, verb="were offered", noun="load")
+    least = None if load is None else rate_ratio_bounds(load, c_offered, s_offered, look.z(c_offered))[0]
+    return at_load(check, load=load, lowest=least, verb="were offered", noun="load")
 
 
 def _kv_cache(look: Look, ceiling: float) -> Check:

@@ -44,6 +44,7 @@ class Looking(Protocol):
     @property
     def confidence(self) -> str: ...
     def load_ratio(self) -> float | None: ...
+    def load_ratio_lower_bound(self) -> float | None: ...
 
 
 def _reading(evidence: TrackEvidence, name: str) -> CustomReading:
@@ -157,7 +158,9 @@ def _latency(look: Looking, guardrail: CustomGuardrail, latency: LatencyGuardrai
     check = bounded(
         name, text, estimate=math.expm1(log_ratio), bounds=bounds, limit=limit, growth=growth, show=wording.whole_pct
     )
-    return at_load(check, load=look.load_ratio(), verb="carried", noun="per-pod load")
+    return at_load(
+        check, load=look.load_ratio(), lowest=look.load_ratio_lower_bound(), verb="carried", noun="per-pod load"
+    )
 
 
 def custom_check(look: Looking, guardrail: CustomGuardrail) -> Check:

@@ -123,6 +123,22 @@ def test_a_lighter_loaded_canary_cannot_pass_on_latency() -> None:
     assert "per-pod load" in result.reasons[0]
 
 
+def test_a_pass_needs_evidence_that_the_canary_carried_comparable_load() -> None:
+    """A lighter canary looks faster, so a latency Pass stands only where the bound shows the canary's pods
+    carried at least 0.8x stable's per-pod load. Measured at 0.85x on 2,500 canary requests, the load could be
+    0.77x (Poisson counts), and the Pass waits; 20,000 requests at 0.85x show it, as 2,500 at 1.0x do."""
+
+    def verdict(requests: int, load: float) -> Verdict:
+        canary = track(seed=40, requests=requests, rate_per_pod=4.0 * load)
+        return verdict_of(canary, track(seed=41, requests=3 * requests, rate_per_pod=4.0)).verdict
+
+    assert verdict(2500, 1.0) is Verdict.PASS
+    result = verdict_of(track(seed=40, requests=2500, rate_per_pod=3.4), track(seed=41, requests=7500))
+    assert result.verdict is Verdict.INCONCLUSIVE, result.reasons
+    assert any("0.85x stable's per-pod load" in r and "lower bound" in r for r in result.reasons), result.reasons
+    assert verdict(20_000, 0.85) is Verdict.PASS
+
+
 def test_a_heavier_loaded_slower_canary_is_not_failed_on_latency() -> None:
     result = verdict_of(track(seed=21, token_ms=7.0, rate_per_pod=3.0), track(seed=22, rate_per_pod=1.0))
     assert result.verdict is Verdict.INCONCLUSIVE
