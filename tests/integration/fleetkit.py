@@ -154,6 +154,23 @@ def promotion_of(fleet: "Fleet", canary: str, name: str = "llama") -> dict[str, 
     return status
 
 
+def schemaless_crd(group: str, kind: str, plural: str) -> dict[str, Any]:
+    """A namespaced CRD serving `group`/v1 `kind` with no schema: a stand-in for another project's kind."""
+    names = {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"}
+    schema = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "scope": "Namespaced",
+            "names": names,
+            "versions": [{"name": "v1", "served": True, "storage": True, "schema": schema}],
+        },
+    }
+
+
 def sdep(name: str = "llama", replicas: int = 2, steps: list[dict[str, Any]] | None = None, **spec: Any) -> dict:
     return {
         "apiVersion": API_VERSION,

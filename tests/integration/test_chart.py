@@ -28,7 +28,7 @@ from specfleet import chartgen
 from specfleet.devcluster.cluster import ClusterInfo
 from specfleet.devcluster.crds import apply_crds
 
-from fleetkit import Fleet, healthy, sdep, wait_for
+from fleetkit import Fleet, healthy, schemaless_crd, sdep, wait_for
 from speckit import FULL_TEMPLATE
 
 pytestmark = pytest.mark.integration
@@ -122,27 +122,7 @@ def release(cluster: Cluster, namespace: str) -> Iterator[str]:
 def monitoring_crds(cluster: Cluster) -> Iterator[None]:
     """Stand-ins for the Prometheus Operator's CRDs: the kinds exist (schema-less), so the API server
     serves monitoring.coreos.com/v1 and Helm's `.Capabilities` sees it. Removed afterwards."""
-    crds = [
-        {
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{plural}.monitoring.coreos.com"},
-            "spec": {
-                "group": "monitoring.coreos.com",
-                "scope": "Namespaced",
-                "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
-                "versions": [
-                    {
-                        "name": "v1",
-                        "served": True,
-                        "storage": True,
-                        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-                    }
-                ],
-            },
-        }
-        for kind, plural in MONITORING_KINDS.items()
-    ]
+    crds = [schemaless_crd("monitoring.coreos.com", kind, plural) for kind, plural in MONITORING_KINDS.items()]
     names = apply_crds(cluster.info, [yaml.safe_dump_all(crds)])
     yield
     cluster.kubectl("delete", "--wait=true", "--timeout=60s", *(f"crd/{name}" for name in names), check=False)

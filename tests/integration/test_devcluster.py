@@ -22,7 +22,7 @@ from specfleet.devcluster.crds import apply_crds
 from specfleet.devcluster.nodes import GPU_RESOURCE, pool_from_counts
 from specfleet.devcluster.versions import HELM_VERSION, KUBERNETES_VERSION
 
-from fleetkit import wait_for
+from fleetkit import schemaless_crd, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -159,27 +159,7 @@ def test_crds_just_created_are_served_when_apply_crds_returns(
     once (a CI run lost 108 tests to it): apply_crds waits them out, so an object of each kind can be made."""
     group = f"{namespace}.example.io"
     kinds = [f"Thing{i}" for i in range(4)]
-    manifest = yaml.safe_dump_all(
-        {
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{kind.lower()}s.{group}"},
-            "spec": {
-                "group": group,
-                "scope": "Namespaced",
-                "names": {"kind": kind, "plural": f"{kind.lower()}s"},
-                "versions": [
-                    {
-                        "name": "v1",
-                        "served": True,
-                        "storage": True,
-                        "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-                    }
-                ],
-            },
-        }
-        for kind in kinds
-    )
+    manifest = yaml.safe_dump_all(schemaless_crd(group, kind, f"{kind.lower()}s") for kind in kinds)
     custom = kubernetes.client.CustomObjectsApi(k8s_api)
     names = apply_crds(dev_cluster, [manifest])
     try:
