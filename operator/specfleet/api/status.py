@@ -92,9 +92,12 @@ class Measurements(ApiModel):
     batch_size_mean: float | None = None
     """Requests running per pod, averaged over the range (`vllm:num_requests_running`): the batch size."""
     prefill_tokens_per_step: float | None = None
-    """Prompt tokens prefilled per engine step per pod: prompt tokens / inter-token-latency observations x
-    the batch (vLLM observes the step latency once per decoding request per step). The load-aware depth
-    counts them with the tokens a step verifies."""
+    """Prompt tokens prefilled per engine step per pod: prompt tokens less prefix-cache hits / inter-token-
+    latency observations x the batch (vLLM observes the step latency once per decoding request per step).
+    The load-aware depth counts them with the tokens a step verifies."""
+    prefill_tokens_per_output_token: float | None = None
+    """Prompt tokens prefilled (less prefix-cache hits) / output tokens: the traffic's mix as the engine's
+    passes see it."""
     ttft_p95_seconds: float | None = None
     """p95 time to first token over finished requests, in seconds."""
     error_rate: float | None = None
@@ -354,9 +357,10 @@ class AutoTuneStatus(ApiModel):
     """The drafter the points are of (method, model, revision): another drafter starts the points anew."""
     acceptance_per_position: Annotated[list[float], Field(max_length=64)] = []
     """The longest per-position acceptance measured of that drafter: its tokens per step at any k."""
-    prompt_tokens_per_output_token: float | None = None
-    """The traffic's mix at the last measurement: prompt tokens / output tokens. With the tokens per step, it
-    says how many prompt tokens a step at a given batch prefills (a request enters as one finishes)."""
+    prefill_tokens_per_output_token: float | None = None
+    """The traffic's mix at the last measurement: prompt tokens prefilled (less prefix-cache hits) / output
+    tokens. With the tokens per step, it says how many prompt tokens a step at a given batch prefills (a
+    request enters as one finishes)."""
     points: Annotated[list[LoadPointStatus], Field(max_length=32)] = []
     """The latest mean step times measured at the depths and batch sizes the fleet served: what the
     schedule is fitted to."""

@@ -14,7 +14,7 @@ running request adds to it, and K the knee: past K tokens per pass (the roofline
 them takes as long as streaming the weights) the target pass grows with the tokens it computes: the B (k + 1)
 it verifies and the P prompt tokens of the requests admitted into the step (their prefill). P is measured with
 each point (prompt tokens / inter-token-latency count x B: the prompts a decode step carries) and predicted
-from the traffic's mix, B x (prompt tokens per output token) x (tokens per step): a request enters as one
+from the traffic's mix, B x (prefilled tokens per output token) x (tokens per step): a request enters as one
 finishes. On busy pods P is a third of a pass or more; left out, the bend looks like a knee far below the
 true one.
 Drafter passes reach the same ridge at n = K tokens; the fit takes a whole drafter pass as weight streaming
@@ -394,15 +394,15 @@ def predicted_token_latency(
     acceptance_per_position: Sequence[float],
     k: int,
     batch: float,
-    prompt_tokens_per_output_token: float = 0.0,
+    prefill_tokens_per_output_token: float = 0.0,
 ) -> float:
     """Predicted mean time per output token at depth k and `batch` running requests: step time / tokens per step.
 
     The step carries the prompts of the requests that replace the finished ones: `batch` x tokens per step x
-    the traffic's prompt tokens per output token.
+    the traffic's prefilled tokens per output token.
     """
     tokens = expected_tokens_per_step(acceptance_per_position, k)
-    prefill = batch * tokens * prompt_tokens_per_output_token
+    prefill = batch * tokens * prefill_tokens_per_output_token
     return fit.step_seconds(k, batch, prefill) / tokens
 
 
@@ -521,12 +521,12 @@ def propose_schedule(
     current_schedule: Sequence[BatchSizeDepth] = (),
     margin: float = MARGIN,
     parallel_drafter: bool = False,
-    prompt_tokens_per_output_token: float = 0.0,
+    prefill_tokens_per_output_token: float = 0.0,
 ) -> Proposal:
     """The depth per power-of-two batch bucket up to `max_batch` with the lowest predicted per-token latency.
 
     `ks` are the depths to choose from (0 = no speculation); `current_k` and `current_schedule` are what the
-    fleet serves (`num_speculative_tokens` and its schedule); `prompt_tokens_per_output_token` is the traffic's
+    fleet serves (`num_speculative_tokens` and its schedule); `prefill_tokens_per_output_token` is the traffic's
     mix, which sets the prompts prefilled per step at each batch. The schedule is proposed only when some bucket's
     depth is predicted more than `margin` faster per token than its current one (then every bucket gets its
     best depth, so re-proposing from the same measurements once it is applied proposes nothing). Without a
@@ -536,8 +536,8 @@ def propose_schedule(
     """
     if not ks or any(not 0 <= k <= 64 for k in ks):
         raise ValueError(f"ks must be depths in 0..64, got {list(ks)}")
-    if not (math.isfinite(prompt_tokens_per_output_token) and prompt_tokens_per_output_token >= 0):
-        raise ValueError(f"prompt_tokens_per_output_token must be >= 0, got {prompt_tokens_per_output_token}")
+    if not (math.isfinite(prefill_tokens_per_output_token) and prefill_tokens_per_output_token >= 0):
+        raise ValueError(f"prefill_tokens_per_output_token must be >= 0, got {prefill_tokens_per_output_token}")
     fit = fit_step_model(points, parallel_drafter=parallel_drafter)
     if isinstance(fit, NoFit):
         return Proposal(schedule=None, reason=fit.reason)
@@ -545,7 +545,7 @@ def propose_schedule(
     if not acceptance_per_position and any([*depths, current_k]):
         return Proposal(schedule=None, reason="no per-position acceptance measured: tokens per step unknown", fit=fit)
     top_batch = max(p.batch for p in points)
-    mix = prompt_tokens_per_output_token
+    mix = prefill_tokens_per_output_token
     buckets = []
     for start, end in batch_buckets(max_batch):
         batch = math.sqrt(start * end)

@@ -91,6 +91,7 @@ def evidence(
         accepted_tokens=counters["accepted_tokens"],
         generation_tokens=counters["generation_tokens"],
         prompt_tokens=counters["prompt_tokens"],
+        prefix_cache_hits=counters["prefix_cache_hits"],
         preemptions=counters["preemptions"],
         token_latency_mean=gauges["token_latency_mean"],
         step_latency_mean=gauges["step_latency_mean"],

@@ -71,7 +71,10 @@ class TrackEvidence:
     accepted_per_position: tuple[float, ...] = ()
     generation_tokens: float | None = None
     prompt_tokens: float | None = None
-    """`vllm:prompt_tokens_total`: prompt tokens prefilled over the range."""
+    """`vllm:prompt_tokens_total`: prompt tokens of the requests admitted over the range."""
+    prefix_cache_hits: float | None = None
+    """`vllm:prefix_cache_hits_total`: of those, tokens the prefix cache held (not computed); None when not
+    exposed (counted as none)."""
     preemptions: float | None = None
     token_latency_mean: float | None = None
     """Mean per-token latency over finished requests (the per-token histogram's sum / count)."""
@@ -135,10 +138,17 @@ class TrackEvidence:
         return self.per_pod_load * self.token_latency_mean * tokens
 
     @property
+    def prefilled_tokens(self) -> float | None:
+        """Prompt tokens computed over the range: the prompts' tokens less the prefix cache's hits."""
+        if self.prompt_tokens is None:
+            return None
+        return max(0.0, self.prompt_tokens - (self.prefix_cache_hits or 0.0))
+
+    @property
     def prefill_tokens_per_step(self) -> float | None:
         """Prompt tokens prefilled per engine step per pod: the step latency is observed once per decoding
-        request per step, so prompt tokens / its count is the prefill per decoding request of a step."""
-        per_request = ratio(self.prompt_tokens, self.step_latency.total if self.step_latency else None)
+        request per step, so prefilled tokens / its count is the prefill per decoding request of a step."""
+        per_request = ratio(self.prefilled_tokens, self.step_latency.total if self.step_latency else None)
         return None if per_request is None or self.batch_mean is None else per_request * self.batch_mean
 
     @property
@@ -182,6 +192,7 @@ def measurements(evidence: TrackEvidence) -> Measurements:
         step_latency_mean_seconds=rounded(e.step_latency_mean),
         batch_size_mean=rounded(e.batch_mean, 3),
         prefill_tokens_per_step=rounded(e.prefill_tokens_per_step, 2),
+        prefill_tokens_per_output_token=rounded(ratio(e.prefilled_tokens, e.generation_tokens), 4),
         ttft_p95_seconds=rounded(quantile(e.ttft, LATENCY_QUANTILE)),
         error_rate=rounded(ratio(e.errors, e.requests)),
         generation_tokens_per_second=rounded(ratio(e.generation_tokens, e.seconds), 3),

@@ -131,6 +131,7 @@ COUNTERS = {
     "accepted_tokens": names.ACCEPTED_TOKENS,
     "generation_tokens": names.GENERATION_TOKENS,
     "prompt_tokens": names.PROMPT_TOKENS,
+    "prefix_cache_hits": names.PREFIX_CACHE_HITS,
     "preemptions": names.NUM_PREEMPTIONS,
 }
 """Evidence field -> counter whose increase over the range the judge reads."""

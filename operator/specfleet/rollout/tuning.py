@@ -53,7 +53,7 @@ def with_points(
     points, per_position, mix = (
         list(status.points),
         status.acceptance_per_position,
-        status.prompt_tokens_per_output_token,
+        status.prefill_tokens_per_output_token,
     )
     for k, m in measured:
         if m.step_latency_mean_seconds and m.batch_size_mean and m.requests:
@@ -69,12 +69,12 @@ def with_points(
             )
         if len(m.acceptance_per_position) >= len(per_position):
             per_position = m.acceptance_per_position
-        if m.prompt_tokens_per_request is not None and m.output_tokens_per_request:
-            mix = round(m.prompt_tokens_per_request / m.output_tokens_per_request, 4)
+        if m.prefill_tokens_per_output_token is not None:
+            mix = m.prefill_tokens_per_output_token
     update = {
         "points": points[-MAX_POINTS:],
         "acceptance_per_position": per_position,
-        "prompt_tokens_per_output_token": mix,
+        "prefill_tokens_per_output_token": mix,
     }
     status = status.model_copy(update=update)
     return _propose(p.with_status(auto_tune=status), served)
@@ -97,7 +97,7 @@ def _propose(p: Pass, served: SpeculativeDeploymentSpec) -> Pass:
         current_k=current,
         current_schedule=served.speculative.num_speculative_tokens_per_batch_size or (),
         parallel_drafter=served.speculative.method in PARALLEL_METHODS or bool(served.speculative.parallel_drafting),
-        prompt_tokens_per_output_token=status.prompt_tokens_per_output_token or 0.0,
+        prefill_tokens_per_output_token=status.prefill_tokens_per_output_token or 0.0,
     )
     new = _as_status(proposal, p.obs.now)
     old = status.proposal

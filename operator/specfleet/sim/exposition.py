@@ -84,6 +84,9 @@ def families(metrics: Metrics, model_name: str, speculative: bool, created: floa
         _gauge(names.KV_CACHE_USAGE, "KV-cache usage. 1 means 100 percent usage.", metrics.kv_cache_usage, labels),
         _counter(names.PROMPT_TOKENS, "Number of prefill tokens processed.", metrics.prompt_tokens, labels, created),
         _counter(names.NUM_PREEMPTIONS, "Cumulative number of preemption from the engine.", 0.0, labels, created),
+        _counter(  # no prefix cache is modelled: every prompt token is computed
+            names.PREFIX_CACHE_HITS, "Prefix cache hits, in terms of number of cached tokens.", 0.0, labels, created
+        ),
         _counter(
             names.GENERATION_TOKENS,
             "Number of generation tokens processed.",

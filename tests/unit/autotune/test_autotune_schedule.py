@@ -192,7 +192,7 @@ def test_prompts_prefilled_in_busy_steps_leave_the_knee_where_the_hardware_has_i
     points = [replace(p, step_seconds=p.step_seconds * (1 + rng.gauss(0, 0.003))) for p in exact]
     proposal = schedule.propose_schedule(
         points, per_position(quiet, 10), range(1, 11), 256, current_k=3,
-        prompt_tokens_per_output_token=512 / 1024,
+        prefill_tokens_per_output_token=512 / 1024,
     )  # fmt: skip
     assert proposal.fit is not None and proposal.fit.knee_tokens is not None, proposal.reason
     assert proposal.fit.knee_tokens == pytest.approx(DEFAULTS.knee_tokens, rel=schedule.LEVEL_GAP - 1)

@@ -493,3 +493,21 @@ def test_the_prompts_a_step_prefills_are_read_from_the_counters(batch: float, pr
     )
     assert measurements(evidence).prefill_tokens_per_step == pytest.approx(prefill, abs=0.01)
     assert measurements(TrackEvidence(prompt_tokens=100.0, batch_mean=batch)).prefill_tokens_per_step is None
+
+
+def test_prompt_tokens_the_prefix_cache_held_are_not_counted_as_prefilled() -> None:
+    """vLLM counts every prompt token in `prompt_tokens`, and those it found cached in `prefix_cache_hits`: a
+    shared 400-token system prompt before 112 new tokens leaves 112 to compute per request."""
+    requests, steps_per_request, batch = 1000, 100, 32.0
+    evidence = TrackEvidence(
+        step_latency=binned([0.01] * (requests * steps_per_request), tuple(FINE_ITL_BUCKETS)),
+        prompt_tokens=requests * 512.0,
+        prefix_cache_hits=requests * 400.0,
+        generation_tokens=requests * 224.0,
+        batch_mean=batch,
+        finished={"stop": float(requests)},
+    )
+    read = measurements(evidence)
+    assert read.prefill_tokens_per_step == pytest.approx(112 / steps_per_request * batch)
+    assert read.prefill_tokens_per_output_token == pytest.approx(112 / 224)
+    assert read.prompt_tokens_per_request == 512.0  # the traffic's mix, as drift compares it, is unchanged

@@ -72,7 +72,8 @@ def test_queue_kv_and_preemptions_are_read_from_vllms_own_series() -> None:
 
 
 def test_every_series_the_judge_reads_is_one_the_simulator_exposes() -> None:
-    """Preemptions too: the simulator never preempts, and says so with a count of 0."""
+    """Preemptions and prefix-cache hits too: the simulator never preempts nor caches prefixes, and says so
+    with a count of 0."""
     exposed = {f.name for f in families(Metrics(k=4), "m", speculative=True, created=0.0)}
     exposed |= {f"{name}_total" for name in exposed}
     read = {

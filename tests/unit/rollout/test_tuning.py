@@ -141,18 +141,12 @@ def test_another_drafter_starts_the_points_anew() -> None:
 
 def test_a_look_keeps_the_prompts_its_steps_prefilled_and_the_traffic_mix() -> None:
     """Prompts are computed in the same passes as the drafts: the point records them, and the proposal's
-    predictions take the traffic's prompt tokens per output token from the latest look."""
+    predictions take the traffic's prefilled tokens per output token from the latest look."""
     fleet = tuning_fleet()
     fleet.now += timedelta(minutes=1)
     assert fleet.step().fleet_look_due and fleet.status.stable_revision is not None
-    busy = measured_at(96).model_copy(
-        update={
-            "prefill_tokens_per_step": 140.0,
-            "prompt_tokens_per_request": 512.0,
-            "output_tokens_per_request": 1024.0,
-        }
-    )
+    busy = measured_at(96).model_copy(update={"prefill_tokens_per_step": 140.0, "prefill_tokens_per_output_token": 0.5})
     fleet.step_with(fleet_look=FleetLook(time=fleet.now, revision=fleet.status.stable_revision, stable=busy))
     tuned = fleet.status.auto_tune
     assert tuned is not None and tuned.points[-1].prefill_tokens == 140.0
-    assert tuned.prompt_tokens_per_output_token == 0.5
+    assert tuned.prefill_tokens_per_output_token == 0.5
