@@ -64,7 +64,6 @@ IGNORED = frozenset(
         "vllm:mm_cache_hits",
         "vllm:mm_cache_queries",
         "vllm:num_requests_waiting_by_reason",
-        "vllm:prefix_cache_hits",
         "vllm:prefix_cache_queries",
         "vllm:prompt_tokens_by_source",
         "vllm:prompt_tokens_cached",
