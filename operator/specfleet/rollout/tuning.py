@@ -50,11 +50,8 @@ def with_points(
     drafter = drafter_of(served)
     if status.drafter != drafter:
         status = AutoTuneStatus(drafter=drafter)
-    points, per_position, mix = (
-        list(status.points),
-        status.acceptance_per_position,
-        status.prefill_tokens_per_output_token,
-    )
+    points, per_position = list(status.points), status.acceptance_per_position
+    mix = status.prefill_tokens_per_output_token
     for k, m in measured:
         if m.step_latency_mean_seconds and m.batch_size_mean and m.requests:
             points.append(
@@ -71,12 +68,13 @@ def with_points(
             per_position = m.acceptance_per_position
         if m.prefill_tokens_per_output_token is not None:
             mix = m.prefill_tokens_per_output_token
-    update = {
-        "points": points[-MAX_POINTS:],
-        "acceptance_per_position": per_position,
-        "prefill_tokens_per_output_token": mix,
-    }
-    status = status.model_copy(update=update)
+    status = status.model_copy(
+        update={
+            "points": points[-MAX_POINTS:],
+            "acceptance_per_position": per_position,
+            "prefill_tokens_per_output_token": mix,
+        }
+    )
     return _propose(p.with_status(auto_tune=status), served)
 
 

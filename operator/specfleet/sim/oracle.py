@@ -149,6 +149,8 @@ def predict(config: EngineConfig) -> Prediction:
                 break
         return seconds
 
+    prompt_per_step = config.prompt_tokens / work.steps
+    """Prompt tokens a step prefills per running request: each takes `work.steps` steps to finish and is replaced."""
     work_rate = config.load * work.steps
     """Decode steps of work arriving per second."""
     term = total = 1.0  # batch 0
@@ -164,15 +166,14 @@ def predict(config: EngineConfig) -> Prediction:
             break
     else:
         if growth >= 1:
-            prefill = config.max_num_seqs * config.prompt_tokens / work.steps
+            prefill = config.max_num_seqs * prompt_per_step
             return Prediction(seconds * work.steps_per_token, config.max_num_seqs, seconds, True, prefill)
         tail = term * growth / (1 - growth)  # requests waiting beyond --max-num-seqs: the batch stays full
         total += tail
         busy += config.max_num_seqs * tail
         request_steps += config.max_num_seqs * tail / seconds
     seen, mean_batch = busy / request_steps, busy / total
-    prefill = mean_batch * config.prompt_tokens / work.steps
-    return Prediction(seen * work.steps_per_token, mean_batch, seen, False, prefill)
+    return Prediction(seen * work.steps_per_token, mean_batch, seen, False, mean_batch * prompt_per_step)
 
 
 def token_latency(config: EngineConfig) -> float:
