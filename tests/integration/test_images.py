@@ -36,7 +36,7 @@ from specfleet.render.argv import served_model_name
 
 from fleetkit import EAGLE3_K5, PLAIN, Fleet, Simulator, free_port, start_canary, wait_for
 
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("images")]  # module-scoped builds, once
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("images"), pytest.mark.cache("operator-image")]
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "specfleet"
@@ -54,7 +54,7 @@ def builder() -> ImageBuilder:
 
 @pytest.fixture(scope="module")
 def operator_image(builder: ImageBuilder) -> Built:
-    """The operator image; built once (CI's `specfleet dev images` step has usually done it already)."""
+    """The operator image, built before the module's first test started (`cache("operator-image")`)."""
     return builder.build(OPERATOR, BaseChoice.AUTO)
 
 
@@ -235,6 +235,7 @@ ARCTIC = "import arctic_inference.suffix_decoding._C as c; print(c.__file__)"
 
 
 @pytest.mark.vllm
+@pytest.mark.cache("vllm-image")
 def test_the_vllm_image_serves_the_rendered_pods_command_line_on_a_tiny_model(
     builder: ImageBuilder, vllm_home: install.VllmHome, tmp_path: Path
 ) -> None:
@@ -299,6 +300,7 @@ def test_the_vllm_image_serves_the_rendered_pods_command_line_on_a_tiny_model(
 
 
 @pytest.mark.vllm
+@pytest.mark.cache("vllm-image")
 def test_the_vllm_image_runs_the_rendered_preflight_job_offline_as_the_pods_user(
     builder: ImageBuilder, vllm_home: install.VllmHome, tmp_path: Path
 ) -> None:

