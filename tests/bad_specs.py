@@ -328,6 +328,20 @@ BAD_SPECS: list[BadSpec] = [
         "should match",
     ),
     BadSpec(
+        "analysis-every-pass",
+        spec(rollout={"analysis": {"interval": "500ms"}}),
+        "spec.rollout.analysis.interval",
+        "interval must be at least 1s",
+        "interval must be at least 1s",
+    ),
+    BadSpec(
+        "window-past-a-year",
+        spec(rollout={"analysis": {"window": "30000000000h"}}),
+        "spec.rollout.analysis.window",
+        "longer than 8760h",
+        "spec.rollout.analysis.window",
+    ),
+    BadSpec(
         "extra-args-repeat-spec-config",
         spec(engine={"extraArgs": ["--speculative-config={}"]}),
         "spec.engine.extraArgs",

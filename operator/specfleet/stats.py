@@ -64,8 +64,10 @@ def wilson_bounds(successes: float, trials: float, z: float) -> tuple[float, flo
         return 0.0, 1.0
     p = min(1.0, max(0.0, successes / trials))
     z2 = z * z
-    centre = (p + z2 / (2 * trials)) / (1 + z2 / trials)
-    half = z * math.sqrt(p * (1 - p) / trials + z2 / (4 * trials * trials)) / (1 + z2 / trials)
+    # The textbook form divided by trials: multiplied through by them, so a count as small or as large as a
+    # float holds neither underflows nor overflows (1 / 5e-324 squared is infinite).
+    centre = (p * trials + z2 / 2) / (trials + z2)
+    half = z * math.sqrt(p * (1 - p) * trials + z2 / 4) / (trials + z2)
     return max(0.0, centre - half), min(1.0, centre + half)
 
 

@@ -13,7 +13,7 @@ from pydantic import AfterValidator, Field, JsonValue, WithJsonSchema
 
 from specfleet.api.base import ApiModel, Rule
 from specfleet.api.custom_guardrails import CUSTOM_RULE, MAX_CUSTOM_GUARDRAILS, CustomGuardrail
-from specfleet.api.durations import DURATION_PATTERN
+from specfleet.api.durations import DURATION_PATTERN, LONGEST, bounded_duration, parse_duration
 from specfleet.api.template import PodTemplate
 from specfleet.api.vocabulary import SERVING_FIELDS
 from specfleet.hardware import GPU_RESOURCE
@@ -28,7 +28,19 @@ ARGV_VALUE_PATTERN = r"^[^-\r\n][^\r\n]*$"
 """A value that ends up as one argv element: no line breaks, and no leading `-` (it would read as a flag)."""
 
 ArgvValue = Annotated[str, Field(min_length=1, max_length=512, pattern=ARGV_VALUE_PATTERN)]
-Duration = Annotated[str, Field(pattern=DURATION_PATTERN, max_length=32)]
+Duration = Annotated[
+    str,
+    Field(
+        pattern=DURATION_PATTERN,
+        max_length=32,
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {"rule": f"duration(self) <= duration('{LONGEST}')", "message": f"must be at most {LONGEST}"}
+            ]
+        },
+    ),
+    AfterValidator(bounded_duration),
+]
 LabelValue = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")]
 ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]
 Fraction = Annotated[float, Field(ge=0, le=1)]
@@ -544,11 +556,17 @@ class ProviderErrorFallback(Fallback):
     """`Pause` waits for a human; `Rollback` returns traffic to stable."""
 
 
+SHORTEST_INTERVAL = "1s"
+"""The floor of `analysis.interval`."""
+
+
 class AnalysisSpec(ApiModel):
     """How often and over what window the canary is measured, and how sure a failure must be."""
 
     interval: Duration = "1m"
-    """Time between two analyses while a canary is live."""
+    """Time between two analyses while a canary is live; at least 1s. An analysis is some 80 PromQL queries,
+    and one between two scrapes reads the samples the last one read: the floor keeps a fleet from asking
+    Prometheus on every pass of its reconcile loop."""
     window: Duration = "5m"
     """A canary's analyses read all the evidence of its step (from the moment its replicas were all Ready,
     or the last counted failure), so bounds narrow as it grows. `window` is the trailing range of two other
@@ -573,6 +591,15 @@ class AnalysisSpec(ApiModel):
     on_provider_error: ProviderErrorFallback = ProviderErrorFallback(after="10m")
     """When Prometheus is unreachable or answers badly. Pauses unless `action` says otherwise (`{after: 5m}`
     pauses after 5 minutes)."""
+
+    rules = (
+        Rule(
+            cel=f"!has(self.interval) || duration(self.interval) >= duration('{SHORTEST_INTERVAL}')",
+            message=f"interval must be at least {SHORTEST_INTERVAL}",
+            field_path=".interval",
+            holds=lambda s: parse_duration(s.interval) >= parse_duration(SHORTEST_INTERVAL),
+        ),
+    )
 
 
 class OutputEquivalence(ApiModel):
@@ -677,6 +704,12 @@ class Guardrails(ApiModel):
     fails the canary at once, whatever this limit. Stable's restarts are reported beside, never judged."""
     output_equivalence: OutputEquivalence = OutputEquivalence()
     """Optional: the canary must answer greedy prompts with stable's token ids (speculation is lossless)."""
+
+    @property
+    def requests_needed(self) -> int:
+        """`minRequests`, but at least one: the schema admits 0, and no finished request is no evidence of a
+        rate or a quantile (the judge divides by the count)."""
+        return max(1, self.min_requests)
 
 
 class DriftAction(StrEnum):

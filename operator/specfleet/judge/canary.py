@@ -18,6 +18,7 @@ What is judged, and why (facts from vLLM's source, see docs/judge.md):
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 
 from specfleet.api.spec import Guardrails
 from specfleet.api.status import GuardrailCheck, Measurements, Verdict
@@ -175,7 +176,7 @@ def _as_stable(look: Look, alpha: float, bounds: Bounds, text: str) -> Check | N
 
 
 def _too_few_requests(look: Look, canary: Binned, stable: Binned, name: str) -> Check | None:
-    need = look.guardrails.min_requests
+    need = look.guardrails.requests_needed
     if canary.total < need or stable.total < need:
         return Check(
             Verdict.INCONCLUSIVE,
@@ -346,8 +347,8 @@ def _throughput(look: Look, limit: float) -> Check:
     """The share of offered requests the canary completes against stable's: a binomial bound on each share
     (offered requests are the trials), the two combined on the log of their ratio as for latency."""
     g, c, s, name = look.guardrails, look.canary, look.stable, "maxThroughputDrop"
-    if s.requests < g.min_requests:
-        text = f"{s.requests:.0f} stable requests (need {g.min_requests}) for throughput"
+    if s.requests < g.requests_needed:
+        text = f"{s.requests:.0f} stable requests (need {g.requests_needed}) for throughput"
         return Check(Verdict.INCONCLUSIVE, text, name)
     c_offered, s_offered = c.offered, s.offered
     if c_offered is None or s_offered is None:
@@ -418,8 +419,8 @@ def _error_rate(look: Look, ceiling: float) -> Check:
 def _error_rate_increase(look: Look) -> Check:
     """The canary's error rate minus stable's, with Newcombe's hybrid score bounds (from two Wilson bounds)."""
     g, c, s, name = look.guardrails, look.canary, look.stable, "maxErrorRateIncrease"
-    if s.requests < g.min_requests:
-        return Check(Verdict.INCONCLUSIVE, f"{s.requests:.0f} stable requests (need {g.min_requests})", name)
+    if s.requests < g.requests_needed:
+        return Check(Verdict.INCONCLUSIVE, f"{s.requests:.0f} stable requests (need {g.requests_needed})", name)
     c_rate, s_rate = c.errors / c.requests, s.errors / s.requests
 
     def bounds(factor: float) -> tuple[float, float]:
@@ -444,31 +445,44 @@ def _error_rate_increase(look: Look) -> Check:
     )
 
 
+def _computed(guardrail: str, check: Callable[[], Check]) -> Check:
+    """`check()`, or Inconclusive when the evidence breaks its arithmetic. The schema admits limits at their
+    bounds and Prometheus answers any finite number (a counter's increase extrapolated to 1e308 or to 1e-320):
+    what such evidence cannot show is not judged, so it never passes, and the analysis still ends in a verdict
+    (`onNoData` then applies, as for missing data)."""
+    try:
+        return check()
+    except (ArithmeticError, ValueError) as error:
+        said = f"{type(error).__name__}: {error}"
+        return Check(Verdict.INCONCLUSIVE, f"{guardrail} cannot be computed from this evidence ({said})", guardrail)
+
+
 def _checks(look: Look, speculative: bool) -> list[Check]:
     g, canary = look.guardrails, look.canary
     checks: list[Check] = []
     if speculative:
-        checks.append(_acceptance(look))
-    if g.max_kv_cache_usage is not None:
-        checks.append(_kv_cache(look, g.max_kv_cache_usage))
-    checks += [custom_check(look, custom) for custom in g.custom]  # each with its own minimum of events
-    if canary.requests < g.min_requests:
-        needs = f"need {g.min_requests}"
+        checks.append(_computed("minAcceptanceAlpha", lambda: _acceptance(look)))
+    if (kv_ceiling := g.max_kv_cache_usage) is not None:
+        checks.append(_computed("maxKvCacheUsage", lambda: _kv_cache(look, kv_ceiling)))
+    for custom in g.custom:  # each with its own minimum of events
+        checks.append(_computed(f"custom:{custom.name}", partial(custom_check, look, custom)))
+    if canary.requests < g.requests_needed:
+        needs = f"need {g.requests_needed}"
         if canary.requests > 0:
-            needs += f": {look.growth().more(g.min_requests / canary.requests)}"
+            needs += f": {look.growth().more(g.requests_needed / canary.requests)}"
         checks.append(Check(Verdict.INCONCLUSIVE, f"{canary.requests:.0f} canary requests ({needs})", "minRequests"))
         return checks
-    checks.append(_token_latency(look))
-    checks.append(_token_latency_mean(look))
-    if g.max_step_latency_p95_seconds is not None:
-        checks.append(_step_latency(look, g.max_step_latency_p95_seconds))
-    if g.max_queue_time_p95_seconds is not None:
-        checks.append(_queue_time(look, g.max_queue_time_p95_seconds))
-    if g.max_throughput_drop is not None:
-        checks.append(_throughput(look, g.max_throughput_drop))
-    if g.max_error_rate is not None:
-        checks.append(_error_rate(look, g.max_error_rate))
-    checks.append(_error_rate_increase(look))
+    checks.append(_computed("maxTokenLatencyP95Regression", lambda: _token_latency(look)))
+    checks.append(_computed("maxTokenLatencyMeanRegression", lambda: _token_latency_mean(look)))
+    if (step_ceiling := g.max_step_latency_p95_seconds) is not None:
+        checks.append(_computed("maxStepLatencyP95Seconds", lambda: _step_latency(look, step_ceiling)))
+    if (queue_ceiling := g.max_queue_time_p95_seconds) is not None:
+        checks.append(_computed("maxQueueTimeP95Seconds", lambda: _queue_time(look, queue_ceiling)))
+    if (drop := g.max_throughput_drop) is not None:
+        checks.append(_computed("maxThroughputDrop", lambda: _throughput(look, drop)))
+    if (error_ceiling := g.max_error_rate) is not None:
+        checks.append(_computed("maxErrorRate", lambda: _error_rate(look, error_ceiling)))
+    checks.append(_computed("maxErrorRateIncrease", lambda: _error_rate_increase(look)))
     return checks
 
 

@@ -51,7 +51,7 @@ def length_mix(reference: DriftReference, now: TrackEvidence, guardrails: Guardr
     """Prompt and output tokens per finished request over the window (vLLM's token counters) against their
     values at promotion. None with fewer than `guardrails.minRequests` finished requests, or when neither
     length was measured at promotion. A part is `shifted` when its ratio is outside `MIX_TOLERANCE`."""
-    if now.requests < guardrails.min_requests:
+    if now.requests < guardrails.requests_needed:
         return None
     prompt = ratio(now.prompt_tokens, now.requests)
     output = ratio(now.generation_tokens, now.requests)
@@ -120,7 +120,7 @@ def drift(
     )
     mix = length_mix(reference, now, guardrails)
     latency = now.token_latency
-    if reference.token_latency_p95_seconds and latency is not None and now.requests >= guardrails.min_requests:
+    if reference.token_latency_p95_seconds and latency is not None and now.requests >= guardrails.requests_needed:
         ceiling = reference.token_latency_p95_seconds * (1 + settings.max_token_latency_increase)
         shifts = [f"per-pod load {load:.2f}x that at promotion"] if _outside(load, 1 + LOAD_TOLERANCE) else []
         if mix is not None and mix.shifted:

@@ -26,9 +26,12 @@ requests standard error had a variance of 0.9 at 2 requests/s per pod (batch 1.1
 
 
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """numerator / denominator; None without a positive denominator, or when the quotient is past what a float
+    holds (a count over a subnormal one): no measurement, rather than an infinity that status cannot hold."""
     if numerator is None or not denominator or denominator <= 0:
         return None
-    return numerator / denominator
+    quotient = numerator / denominator
+    return quotient if math.isfinite(quotient) else None
 
 
 def rounded(value: float | None, digits: int = 6) -> float | None:

@@ -26,7 +26,7 @@ def speedup(
     The mean, not the p95: it is what tokens/s per user follows, and unbiased by k (docs/autotune.md); both
     tracks see the same traffic split by pod, so their loads match without being asked to.
     """
-    need = guardrails.min_requests
+    need = guardrails.requests_needed
     if stable.requests < need or holdback.requests < need:
         message = f"{stable.requests:.0f} stable and {holdback.requests:.0f} holdback requests finished (need {need})"
         return Speedup(time=time, message=message)

@@ -28,7 +28,7 @@ def reference_at_promotion(p: Pass, promoted: str) -> Pass:
     """The drift baseline of a revision being promoted: its canary's last analysis."""
     last = p.status.last_analysis
     measured = last.canary if last is not None and last.revision == promoted else None
-    enough = measured is not None and (measured.requests or 0) >= p.spec.rollout.guardrails.min_requests
+    enough = measured is not None and (measured.requests or 0) >= p.spec.rollout.guardrails.requests_needed
     mix = measured if enough else None  # a mean length over a few requests is no reference
     reference = DriftReference(
         revision=promoted,
