@@ -84,3 +84,26 @@ class WorkQueue(Generic[K]):
 
     def __len__(self) -> int:
         return len(self._due)
+
+
+class FailureBackoff(Generic[K]):
+    """How long a key waits after failed reconciles in a row: `base` x 2^(failures - 1), at most `cap`, per key;
+    a success forgets the key's failures (client-go's ItemExponentialFailureRateLimiter). A fleet whose
+    reconcile keeps failing (a bug, an API server refusing its writes) is retried ever less often instead of
+    every few seconds forever, and does not slow the others."""
+
+    def __init__(self, base: float = 5.0, cap: float = 300.0) -> None:
+        self.base, self.cap = base, cap
+        self._failures: dict[K, int] = {}
+
+    def failed(self, key: K) -> float:
+        """Count one more failure of `key`; the seconds until it is tried again."""
+        failures = self._failures.get(key, 0) + 1
+        self._failures[key] = failures
+        return min(self.cap, self.base * 2.0 ** min(failures - 1, 64))
+
+    def failures(self, key: K) -> int:
+        return self._failures.get(key, 0)
+
+    def succeeded(self, key: K) -> None:
+        self._failures.pop(key, None)

@@ -32,7 +32,7 @@ from specfleet.controller.analysis import analyze, analyze_candidate, measure_fl
 from specfleet.controller.kube import Kube, SecretError
 from specfleet.controller.metrics import RECONCILE_SECONDS, RECONCILES, TRANSITIONS
 from specfleet.controller.outputs import DEFAULT_POD_URL_TEMPLATE, collect_pairs
-from specfleet.controller.queue import WorkQueue
+from specfleet.controller.queue import FailureBackoff, WorkQueue
 from specfleet.controller.store import PREFLIGHT_POD, Key, Store
 from specfleet.metrics.prometheus import Prometheus
 from specfleet.observation import controlled_by, observe, parse
@@ -48,6 +48,8 @@ HTTPROUTE_API_VERSION = "gateway.networking.k8s.io/v1"
 RESYNC_SECONDS = 300.0
 """Look at every object at least this often, even when no watch event arrives."""
 ERROR_BACKOFF_SECONDS = 5.0
+"""The wait after a first failed reconcile; it doubles with each failure in a row, up to ERROR_BACKOFF_CAP_SECONDS."""
+ERROR_BACKOFF_CAP_SECONDS = 300.0
 CACHE_BEHIND_SECONDS = 1.0
 """Look again this soon when the watch cache has not delivered our own last write (its event wakes us too)."""
 EXPECTATION_SECONDS = 30.0
@@ -96,6 +98,10 @@ class Reconciler:
     when to wait for them (the "expectations" of Kubernetes' own controllers)."""
     _capacity_denied: bool = False
     """The operator was refused listing nodes or pods, and said so (once: a process has one Reconciler)."""
+    backoff: FailureBackoff[Key] = field(
+        default_factory=lambda: FailureBackoff(ERROR_BACKOFF_SECONDS, ERROR_BACKOFF_CAP_SECONDS)
+    )
+    """Per object: how long a reconcile that keeps failing waits before the next try."""
 
     def _prometheus_url(self, sdep: SpeculativeDeployment) -> str | None:
         return sdep.spec.prometheus.url or self.default_prometheus_url
@@ -115,26 +121,35 @@ class Reconciler:
                 with RECONCILE_SECONDS.time():
                     after = await self.reconcile(key)
                 RECONCILES.labels("ok").inc()
+                self.backoff.succeeded(key)
             except ConflictError:
                 RECONCILES.labels("conflict").inc()
                 logger.info("reconcile %s/%s: the object changed since it was read; deciding again", *key)
                 after = CACHE_BEHIND_SECONDS
             except ApiException as error:
-                RECONCILES.labels("error").inc()
-                logger.warning("reconcile %s/%s: API error %s %s", *key, error.status, error.reason)
-                after = ERROR_BACKOFF_SECONDS
+                after = self._failed(key)
+                logger.warning("reconcile %s/%s: API error %s %s%s", *key, error.status, error.reason, self._retry(key))
             except (HTTPError, OSError) as error:  # the API server is restarting or unreachable: not a bug
-                RECONCILES.labels("error").inc()
-                logger.warning("reconcile %s/%s: API server unreachable: %s", *key, type(error).__name__)
-                after = ERROR_BACKOFF_SECONDS
+                after = self._failed(key)
+                logger.warning(
+                    "reconcile %s/%s: API server unreachable: %s%s", *key, type(error).__name__, self._retry(key)
+                )
             except Exception:
-                RECONCILES.labels("error").inc()
-                logger.exception("reconcile %s/%s failed", *key)
-                after = ERROR_BACKOFF_SECONDS
+                after = self._failed(key)
+                logger.exception("reconcile %s/%s failed%s", *key, self._retry(key))
             finally:
                 self.queue.done(key)
             if after is not None and key in self.store.sdeps:
                 self.queue.add(key, after)
+
+    def _failed(self, key: Key) -> float:
+        RECONCILES.labels("error").inc()
+        return self.backoff.failed(key)
+
+    def _retry(self, key: Key) -> str:
+        """What the log adds to a failure: how many in a row, once there are several (the wait doubles)."""
+        failures = self.backoff.failures(key)
+        return f" ({failures} failures in a row: tried again less often)" if failures > 1 else ""
 
     async def _blocking(self, call: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.threads, functools.partial(call, *args))

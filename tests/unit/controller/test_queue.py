@@ -2,7 +2,7 @@
 
 import asyncio
 
-from specfleet.controller.queue import WorkQueue
+from specfleet.controller.queue import FailureBackoff, WorkQueue
 
 
 async def _take(queue: WorkQueue, timeout: float = 1.0) -> object:
@@ -84,3 +84,30 @@ def test_a_forgotten_key_is_new_again() -> None:
         return [await _take(queue), await _take(queue)]
 
     assert asyncio.run(scenario()) == ["first", "gone"]
+
+
+def test_a_key_failing_again_and_again_waits_twice_as_long_each_time_up_to_the_cap() -> None:
+    backoff: FailureBackoff[str] = FailureBackoff(base=5.0, cap=300.0)
+
+    waits = [backoff.failed("broken") for _ in range(9)]
+
+    assert waits == [5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 300.0, 300.0, 300.0]
+    assert backoff.failed("other") == 5.0  # per key: one broken fleet does not slow the others
+
+
+def test_a_success_forgets_the_failures() -> None:
+    backoff: FailureBackoff[str] = FailureBackoff(base=5.0, cap=300.0)
+    for _ in range(4):
+        backoff.failed("flaky")
+
+    backoff.succeeded("flaky")
+
+    assert backoff.failures("flaky") == 0
+    assert backoff.failed("flaky") == 5.0
+
+
+def test_the_wait_stays_at_the_cap_however_long_a_key_fails() -> None:
+    backoff: FailureBackoff[str] = FailureBackoff(base=5.0, cap=300.0)
+    for _ in range(10_000):
+        wait = backoff.failed("forever")
+    assert wait == 300.0

@@ -296,6 +296,31 @@ def test_an_unreachable_api_server_is_one_warning_and_a_retry_not_a_traceback(
     assert 0 < after <= 5.0  # looked at again after the error backoff
 
 
+def test_a_reconcile_that_keeps_failing_is_tried_again_ever_less_often(caplog: pytest.LogCaptureFixture) -> None:
+    store, _ = canary_world()
+    queue = WorkQueue()
+    reconciler = Reconciler(UnreachableKube(), store, queue, clock=lambda: NOW)  # type: ignore[arg-type]
+
+    async def waits_after(failures: int) -> list[float]:
+        worker = asyncio.create_task(reconciler.run_worker())
+        waits = []
+        for _ in range(failures):
+            queue.add(KEY)  # due now, whatever the backoff said: as a watch event would
+            for _ in range(500):
+                if len(caplog.records) > len(waits):
+                    break
+                await asyncio.sleep(0.01)
+            waits.append(queue._due[KEY] - time.monotonic())
+        worker.cancel()
+        return waits
+
+    with caplog.at_level(logging.INFO, logger="specfleet.reconciler"):
+        waits = asyncio.run(waits_after(3))
+
+    assert [round(wait / 5) for wait in waits] == [1, 2, 4]
+    assert "3 failures in a row" in caplog.records[-1].getMessage()
+
+
 # 4. a retiring canary goes only once its traffic is seen off
 
 
