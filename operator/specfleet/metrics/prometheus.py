@@ -5,7 +5,9 @@ has a timeout; any failure to get a well-formed answer raises ProviderError, nev
 """
 
 import math
+import re
 from typing import Any, Protocol
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
@@ -19,6 +21,28 @@ analysis waits at most about one timeout for a hung Prometheus (the next analysi
 
 class ProviderError(RuntimeError):
     """Prometheus was unreachable or gave an answer that is not a query result."""
+
+
+SHOWN_ANSWER = 240
+"""Characters of a failure kept in an error: enough for Prometheus' own error line or a connection error's
+cause, not a page of a body that whoever serves the URL chose (which reaches status, Events and logs)."""
+_QUERY_URL = re.compile(r" with url: \S+")
+"""requests names the whole query URL in its errors: the PromQL, not the reason."""
+
+
+def shown_url(url: str) -> str:
+    """`url` as errors name it: without userinfo, query or fragment, where credentials may be."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+
+
+def _short(error: BaseException, secrets: tuple[str, ...]) -> str:
+    """One line of at most SHOWN_ANSWER characters, with every secret the request carried blanked out."""
+    text = _QUERY_URL.sub("", " ".join(str(error).split()))
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "[redacted]")
+    return text if len(text) <= SHOWN_ANSWER else text[: SHOWN_ANSWER - 1] + "…"
 
 
 class MetricsProvider(Protocol):
@@ -40,13 +64,16 @@ class Prometheus:
         self._client = PrometheusConnect(
             url=url, headers=headers, disable_ssl=False, retry=RETRY, timeout=timeout_seconds
         )
-        self._url = url
+        self._url = shown_url(url)
+        parts = urlsplit(url)
+        query = tuple(value for _, value in parse_qsl(parts.query))
+        self._secrets = tuple(s for s in (token, parts.password, parts.username, *query) if s)
 
     def _query(self, query: str, at: float | None) -> list[object]:
         try:
             result = self._client.custom_query(query, params=None if at is None else {"time": f"{at:.3f}"})
         except (PrometheusApiClientException, RequestException, ValueError) as error:
-            raise ProviderError(f"Prometheus at {self._url}: {error}") from error
+            raise ProviderError(f"Prometheus at {self._url}: {_short(error, self._secrets)}") from None
         except (KeyError, TypeError) as error:  # JSON, but not a query answer (no `data.result`)
             raise ProviderError(f"Prometheus at {self._url} answered JSON that is not a query result") from error
         if not isinstance(result, list):

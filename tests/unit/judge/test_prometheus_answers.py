@@ -115,3 +115,25 @@ def test_an_answer_slower_than_the_timeout_is_an_error_verdict(server: str) -> N
     finally:
         Handler.script.delay = 0.0
     assert analysis.verdict is Verdict.ERROR and "timed out" in analysis.reasons[0].lower(), analysis.reasons
+
+
+def test_credentials_and_the_body_of_a_refusal_stay_out_of_the_reasons(server: str) -> None:
+    """The URL's userinfo and query, the bearer token and whatever body the server chose never reach the
+    analysis (status, Events and logs take its reasons), and a reason stays one short line."""
+    host = server.removeprefix("http://")
+    url = f"http://alice:pass-in-url@{host}/prometheus?key=query-secret#fragment"
+    Handler.script.body = "denied bearer-secret pass-in-url query-secret " + "<p>page</p>" * 300
+    Handler.script.status, Handler.script.delay = 401, 0.0
+    try:
+        analysis = analyze(
+            Prometheus(url, token="bearer-secret", timeout_seconds=TIMEOUT), SpeculativeDeployment.from_mapping(BASE),
+            STATUS, NOW,
+        )  # fmt: skip
+    finally:
+        Handler.script.status = 200
+    said = " ".join(analysis.reasons)
+    assert analysis.verdict is Verdict.ERROR
+    assert f"Prometheus at http://{host}/prometheus:" in said
+    for secret in ("pass-in-url", "alice", "query-secret", "bearer-secret", "fragment"):
+        assert secret not in said
+    assert all(len(reason) < 300 and "\n" not in reason for reason in analysis.reasons)
