@@ -103,3 +103,53 @@ def test_a_template_the_api_server_refuses_is_an_invalid_spec_and_stable_keeps_s
         lambda: (s := fleet.status("llama"))["stableRevision"] != before and s.get("phase") == "Healthy",
         timeout=180,
     )
+
+
+def _pods_in(manifests: list[dict[str, Any]], namespace: str) -> list[dict[str, Any]]:
+    """Each Deployment's pod template as a Pod: Pod Security admission judges pods, not Deployments."""
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": m["metadata"]["name"], "namespace": namespace, **m["spec"]["template"]["metadata"]},
+            "spec": m["spec"]["template"]["spec"],
+        }
+        for m in manifests
+        if m["kind"] == "Deployment"
+    ]
+
+
+def _dry_run_pods(
+    dev_cluster: ClusterInfo, namespace: str, pods: list[dict[str, Any]]
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(dev_cluster.kubectl), "--kubeconfig", str(dev_cluster.kubeconfig), "-n", namespace,
+         "create", "--dry-run=server", "-f", "-"],
+        input=yaml.safe_dump_all(pods), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_the_rendered_pods_are_admitted_where_the_namespace_enforces_pod_security_restricted(
+    dev_cluster: ClusterInfo, crd_installed: None, namespace: str
+) -> None:
+    """The API server's own Pod Security admission, at `restricted`: the default pods pass; the documented
+    opt-in to seccomp Unconfined is refused there, naming the field."""
+    kubectl = [str(dev_cluster.kubectl), "--kubeconfig", str(dev_cluster.kubeconfig)]
+    labelled = subprocess.run(
+        [*kubectl, "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert labelled.returncode == 0, labelled.stderr
+    document = sdep("llama", template={"metadata": {"labels": {"team": "search"}}})
+    document["metadata"]["namespace"] = namespace
+    fleet = SpeculativeDeployment.from_mapping(document)
+    pods = _pods_in([m for track in (Track.STABLE, Track.CANARY) for m in render(fleet, track)], namespace)
+
+    admitted = _dry_run_pods(dev_cluster, namespace, pods)
+
+    assert admitted.returncode == 0, admitted.stderr
+    assert admitted.stdout.count("(server dry run)") == len(pods) == 2
+    document["spec"]["template"]["spec"] = {"securityContext": {"seccompProfile": {"type": "Unconfined"}}}
+    relaxed = _pods_in(render(SpeculativeDeployment.from_mapping(document), Track.STABLE), namespace)
+    refused = _dry_run_pods(dev_cluster, namespace, relaxed)
+    assert refused.returncode != 0 and "seccompProfile" in refused.stderr, refused.stderr

@@ -167,8 +167,8 @@ class PodSpecTemplate(ApiModel):
     """Pod-level settings merged into the vLLM pods specfleet renders (the names are a PodSpec's)."""
 
     service_account_name: Name | None = None
-    """The pods' ServiceAccount (e.g. for workload identity to a model store). Unset: the namespace's
-    `default`, whose token is not mounted."""
+    """The pods' ServiceAccount (e.g. for workload identity to a model store), whose token is then mounted.
+    Unset: the namespace's `default`, and no token in the pods."""
     image_pull_secrets: Annotated[list[LocalObjectReference], Field(max_length=16)] = []
     """Secrets holding registry credentials for the vLLM image (and any sidecar's)."""
     priority_class_name: Name | None = None
@@ -180,8 +180,10 @@ class PodSpecTemplate(ApiModel):
     """A PodSpec `affinity`. Its required node terms are combined with the accelerator's (a node must match
     both); preferred terms, pod affinity and anti-affinity are used as given."""
     security_context: PodSecurityContext | None = None
-    """A PodSpec `securityContext`, laid over specfleet's (non-root uid 1000, seccomp Unconfined as ROCm
-    needs). `supplementalGroups` comes from `accelerator.supplementalGroups`."""
+    """A PodSpec `securityContext`, laid over specfleet's (non-root uid 1000, RuntimeDefault seccomp: the
+    Pod Security Standard `restricted`). `seccompProfile: {type: Unconfined}` here is the opt-in for hosts
+    whose ROCm needs it, and needs a namespace that allows it. `supplementalGroups` comes from
+    `accelerator.supplementalGroups`."""
     volumes: Annotated[list[NamedObject], Field(max_length=32)] = []
     """Extra volumes (PodSpec `volumes`), for sidecars or for `vllm.volumeMounts`; `dshm` and `model-cache`
     are specfleet's."""

@@ -2,7 +2,9 @@
 
 Placement and ROCm needs follow AMD's device-plugin and vLLM's ROCm examples (shared/REFERENCE.md
 section 2): `amd.com/gpu` limits, required affinity on the node labeller's product name, /dev/shm as
-a memory emptyDir, seccomp Unconfined, the video group, and a start-up budget sized for model loading.
+a memory emptyDir, the video group, and a start-up budget sized for model loading. The pods meet the Pod
+Security Standard `restricted` (RuntimeDefault seccomp, no ServiceAccount token unless the template names a
+ServiceAccount): a cluster's own admission keeps them so, and a relaxation is the template's, explicitly.
 """
 
 import hashlib
@@ -226,8 +228,9 @@ def pod_template(
             "runAsGroup": SERVING_UID,
             "fsGroup": SERVING_UID,
             "supplementalGroups": list(spec.accelerator.supplemental_groups),
-            "seccompProfile": {"type": "Unconfined"},
+            "seccompProfile": {"type": "RuntimeDefault"},
         },
+        "automountServiceAccountToken": False,
         "terminationGracePeriodSeconds": 60,
         "enableServiceLinks": False,
     }

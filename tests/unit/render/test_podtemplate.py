@@ -30,12 +30,13 @@ def test_every_template_field_lands_in_the_pod() -> None:
     assert meta["labels"]["team"] == "search" and meta["labels"][LABEL_TRACK] == "stable"
     assert meta["annotations"]["mesh.io/inject"] == "false" and meta["annotations"]["prometheus.io/scrape"] == "true"
     assert spec["serviceAccountName"] == "vllm-reader"
+    assert spec["automountServiceAccountToken"] is True  # a ServiceAccount is named for its token
     assert spec["imagePullSecrets"] == [{"name": "registry-creds"}]
     assert spec["priorityClassName"] == "serving-high"
     assert spec["nodeSelector"] == {"kubernetes.io/os": "linux"}
     assert spec["securityContext"]["runAsUser"] == 2000
     assert spec["securityContext"]["supplementalGroups"] == [44]
-    assert spec["securityContext"]["seccompProfile"] == {"type": "Unconfined"}
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert [v["name"] for v in spec["volumes"]] == ["dshm", "model-cache", "scratch"]
     assert [c["name"] for c in spec["containers"]] == ["vllm", "log-shipper"]
     assert [c["name"] for c in spec["initContainers"]] == ["warm-cache"]

@@ -160,7 +160,8 @@ def test_rocm_needs_shm_seccomp_video_group_and_gpu_toleration() -> None:
     spec = pod_spec(sdep({"spec": {"engine": {"tensorParallelSize": 4}}}))
     shm = next(v for v in spec["volumes"] if v["name"] == "dshm")
     assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "14Gi"}
-    assert spec["securityContext"]["seccompProfile"] == {"type": "Unconfined"}
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert spec["automountServiceAccountToken"] is False
     assert 44 in spec["securityContext"]["supplementalGroups"]
     assert {"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
     mounts = {m["mountPath"] for m in spec["containers"][0]["volumeMounts"]}
