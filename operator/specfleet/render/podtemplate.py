@@ -23,9 +23,9 @@ def fitted_pod(pod: Manifest, template: PodTemplate | None) -> Manifest:
     meta["labels"] = {**template.metadata.labels, **meta["labels"]}
     meta["annotations"] = {**template.metadata.annotations, **meta.get("annotations", {})}
     spec.update(scheduling(template, spec.get("affinity")))
-    if extra.service_account_name:  # named for its token (workload identity to a model store): mounted
-        spec["serviceAccountName"] = extra.service_account_name
-        spec["automountServiceAccountToken"] = True
+    if extra.service_account_name:  # named for its token (workload identity): the ServiceAccount's own
+        spec["serviceAccountName"] = extra.service_account_name  # automount setting decides, never widened here
+        spec.pop("automountServiceAccountToken", None)
     if extra.security_context:
         spec["securityContext"] = {**spec.get("securityContext", {}), **extra.security_context}
     spec["volumes"] = [*spec.get("volumes", []), *extra.volumes]
