@@ -335,6 +335,13 @@ BAD_SPECS: list[BadSpec] = [
         "interval must be at least 1s",
     ),
     BadSpec(
+        "unguarded-experiment",
+        spec(rollout={"unguarded": True}, autoTune={"candidates": [{"numSpeculativeTokens": 2}]}),
+        "spec.rollout.unguarded",
+        "cannot go with autoTune.candidates",
+        "cannot go with autoTune.candidates",
+    ),
+    BadSpec(
         "window-past-a-year",
         spec(rollout={"analysis": {"window": "30000000000h"}}),
         "spec.rollout.analysis.window",

@@ -180,7 +180,12 @@ def crd_installed(dev_cluster: ClusterInfo) -> None:
 
 
 @pytest.fixture
-def operator(dev_cluster: ClusterInfo, crd_installed: None, namespace: str, tmp_path: Path) -> Iterator[Operator]:
+def operator(
+    dev_cluster: ClusterInfo, crd_installed: None, namespace: str, tmp_path: Path, fleet: Fleet
+) -> Iterator[Operator]:
+    """The operator without a Prometheus: the fleets the test applies through `fleet` are unguarded unless
+    they say otherwise (a judged canary would wait for a Prometheus)."""
+    fleet.unguarded = True
     running = Operator(dev_cluster, namespace, tmp_path / "operator.log")
     running.start()
     yield running

@@ -47,17 +47,25 @@ class Fleet:
     def observe(self, analysis: Analysis | None = None, **more: Any) -> Observation:
         """What the shell would observe of this world now."""
         return Observation(
-            now=self.now,
-            generation=self.generation,
-            desired_revision=revision(self.spec),
-            stable=self.stable,
-            canary=self.canary,
-            holdback=self.holdback,
-            commands=dict(self.commands),
-            analysis=analysis,
-            guarded=self.guarded,
-            **more,
+            **{
+                "now": self.now,
+                "generation": self.generation,
+                "desired_revision": revision(self.spec),
+                "stable": self.stable,
+                "canary": self.canary,
+                "holdback": self.holdback,
+                "commands": dict(self.commands),
+                "analysis": analysis,
+                "prometheus": self.guarded,
+                **more,
+            }
         )
+
+    def decided_spec(self) -> SpeculativeDeploymentSpec:
+        """The spec as the operator sees it: an unguarded fleet (no Prometheus) is one whose author said so."""
+        if self.guarded:
+            return self.spec
+        return self.spec.model_copy(update={"rollout": self.spec.rollout.model_copy(update={"unguarded": True})})
 
     def step(self, analysis: Analysis | None = None) -> Decision:
         """One pass of the state machine over what is observed now."""
@@ -65,7 +73,7 @@ class Fleet:
 
     def step_with(self, analysis: Analysis | None = None, **observed: Any) -> Decision:
         """One pass, with more observed than the tracks (e.g. `preflights`)."""
-        decision = decide(self.spec, self.status, self.observe(analysis, **observed))
+        decision = decide(self.decided_spec(), self.status, self.observe(analysis, **observed))
         self.status = decision.status
         self.events += [e.reason for e in decision.events]
         for done in decision.done_commands:

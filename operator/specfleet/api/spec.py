@@ -793,6 +793,12 @@ class RolloutSpec(ApiModel):
     """How long the canary's pods may take to become Ready (model loading included) before it is aborted."""
     auto_rollback: bool = True
     """Roll back by itself when a guardrail fails; false pauses for a human instead."""
+    unguarded: bool = False
+    """True: canary steps advance on their pauses and manual gates alone, with no analysis and no Prometheus (a
+    test cluster, a config nothing can measure). False (the default): every canary is judged, and one that
+    cannot be (no Prometheus configured, unreachable, its auth Secret missing) holds at its step while
+    `analysis.onProviderError` applies; it is never promoted unjudged. Fixed when a canary starts: a canary
+    started judged stays judged when this is set later (abort it, or promote it by hand)."""
     traffic_routing: TrafficRouting | None = None
     history_limit: Annotated[int, Field(ge=1, le=50)] = 10
     """Revisions kept in status.history."""
@@ -892,6 +898,13 @@ class SpeculativeDeploymentSpec(ApiModel):
                 or s.accelerator.resource_name
                 not in {*s.template.vllm.resources.requests, *s.template.vllm.resources.limits}
             ),
+        ),
+        Rule(
+            cel="!(self.?rollout.?unguarded.orValue(false)) || size(self.?autoTune.?candidates.orValue([])) == 0",
+            message="rollout.unguarded cannot go with autoTune.candidates: an experiment's candidates are "
+            "measured from Prometheus, which an unguarded rollout does without",
+            field_path=".rollout.unguarded",
+            holds=lambda s: not (s.rollout.unguarded and s.candidates),
         ),
     )
 

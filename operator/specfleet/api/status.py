@@ -539,6 +539,10 @@ class SpeculativeDeploymentStatus(ApiModel):
     """When the current step's canary replicas were all Ready: its pause and analyses count from here."""
     canary_started_at: datetime | None = None
     """When the current canary started."""
+    canary_unguarded: bool = False
+    """Whether the current canary was started unguarded (`spec.rollout.unguarded`): it advances on pauses and
+    gates alone while the spec still says so. Fixed when the canary starts, so that a Prometheus removed or a
+    spec edited mid-canary never turns a judged canary into one promoted unjudged."""
     paused_at: datetime | None = None
     """When `spec.paused` froze the rollout; on resume the step in progress starts over (its pause, evidence
     and deadline anew)."""

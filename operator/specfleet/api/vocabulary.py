@@ -75,6 +75,9 @@ class ConditionType(StrEnum):
     PROGRESSING = "Progressing"
     SPEC_VALID = "SpecValid"
     GUARDED = "Guarded"
+    SYNCED = "Synced"
+    """Whether the operator's last pass over the object completed: False (reason `ReconcileError`) names what
+    failed while the pass is retried with backoff; the status beside it is the last one a pass completed."""
     SPECULATION_PAYING = "SpeculationPaying"
     ROLLED_OUT = "RolledOut"
     """Whether the rollout of the spec has ended (`api.rollout_result`): True when it succeeded, False when it

@@ -41,7 +41,10 @@ def run(
     ] = None,
     prometheus_url: Annotated[
         str | None,
-        typer.Option(help="Prometheus that scrapes the vLLM pods, for objects whose spec names none."),
+        typer.Option(
+            help="Prometheus that scrapes the vLLM pods, for objects whose spec names none. Without either, a "
+            "canary waits (Error analyses, onProviderError) unless its spec says rollout.unguarded: true."
+        ),
     ] = None,
     pod_url_template: Annotated[
         str,

@@ -25,8 +25,8 @@ from kubernetes.dynamic.exceptions import ApiException, ConflictError, Forbidden
 from urllib3.exceptions import HTTPError
 
 from specfleet.api.resource import SpeculativeDeployment
-from specfleet.api.status import Analysis, SpeculativeDeploymentStatus, Verdict
-from specfleet.api.vocabulary import LABEL_TRACK, LABEL_TRAFFIC, SINGLE_TRACKS, Track
+from specfleet.api.status import Analysis, ConditionStatus, SpeculativeDeploymentStatus, Verdict
+from specfleet.api.vocabulary import API_VERSION, KIND, LABEL_TRACK, LABEL_TRAFFIC, SINGLE_TRACKS, ConditionType, Track
 from specfleet.capacity import room
 from specfleet.controller.analysis import analyze, analyze_candidate, measure_fleet
 from specfleet.controller.kube import Kube, SecretError
@@ -40,7 +40,7 @@ from specfleet.patches import contains, merge_patch, stamped
 from specfleet.preflight.job import preflight_job
 from specfleet.render.manifests import Manifest, child_name, deployment, fleet_selector, route_rules, service
 from specfleet.rollout import Decision, FleetLook, Observation, TrackTarget, decide
-from specfleet.rollout.types import GpuRequest, GpuRoom
+from specfleet.rollout.types import NO_PROMETHEUS, GpuRequest, GpuRoom, set_condition
 
 logger = logging.getLogger("specfleet.reconciler")
 
@@ -129,14 +129,19 @@ class Reconciler:
             except ApiException as error:
                 after = self._failed(key)
                 logger.warning("reconcile %s/%s: API error %s %s%s", *key, error.status, error.reason, self._retry(key))
+                await self._report_failure(key, f"{_said(error)}: {_server_message(error)}", after)
             except (HTTPError, OSError) as error:  # the API server is restarting or unreachable: not a bug
                 after = self._failed(key)
                 logger.warning(
                     "reconcile %s/%s: API server unreachable: %s%s", *key, type(error).__name__, self._retry(key)
                 )
-            except Exception:
+                await self._report_failure(key, f"API server unreachable: {type(error).__name__}", after)
+            except Exception as error:
                 after = self._failed(key)
                 logger.exception("reconcile %s/%s failed%s", *key, self._retry(key))
+                await self._report_failure(
+                    key, f"{type(error).__name__} (a bug: the operator's log has the traceback)", after
+                )
             finally:
                 self.queue.done(key)
             if after is not None and key in self.store.sdeps:
@@ -145,6 +150,44 @@ class Reconciler:
     def _failed(self, key: Key) -> float:
         RECONCILES.labels("error").inc()
         return self.backoff.failed(key)
+
+    async def _report_failure(self, key: Key, what: str, after: float) -> None:
+        """Say in the object's status that its reconcile failed and when it is tried again (condition `Synced`),
+        so that `kubectl describe` shows what the log says. Best effort: the API server may be what failed."""
+        if key not in self.store.sdeps:
+            return
+        failures = self.backoff.failures(key)
+        times = f"{failures} times in a row" if failures > 1 else "once"
+        message = f"the last reconcile failed ({times}): {what[:MESSAGE_LIMIT]}; tried again in {after:.0f}s"
+        try:
+            await self._blocking(self._write_condition, key, message)
+        except Exception as error:  # the failure itself is logged already; this write is only a courtesy
+            logger.debug("%s/%s: the failure could not be written to status: %s", *key, _said(error))
+
+    def _write_condition(self, key: Key, message: str) -> None:
+        """Read afresh (the failed pass may have written the status the store has not seen), then patch over it."""
+        body = self.kube.read(API_VERSION, KIND, *key)
+        if body is None:
+            return
+        status = SpeculativeDeploymentStatus.model_validate(body.get("status") or {})
+        meta = body.get("metadata", {})
+        conditions = set_condition(
+            status.conditions,
+            ConditionType.SYNCED,
+            ConditionStatus.FALSE,
+            "ReconcileError",
+            message,
+            self.clock(),
+            int(meta.get("generation") or 0),
+        )
+        old = body.get("status") or {}
+        new = {**old, "conditions": [c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in conditions]}
+        patch = merge_patch(old, new)
+        if patch:
+            version = str(meta.get("resourceVersion", ""))
+            written = self.kube.patch_status(meta["namespace"], meta["name"], patch, version)
+            if written != version:
+                self._written_over[key] = version
 
     def _retry(self, key: Key) -> str:
         """What the log adds to a failure: how many in a row, once there are several (the wait doubles)."""
@@ -190,7 +233,7 @@ class Reconciler:
             deployments,
             pods,
             self.clock(),
-            guarded=url is not None,
+            prometheus=url is not None,
             routed=routed,
             preflight_jobs=self.store.children("Job", key).values(),
             preflight_pods=self.store.children(PREFLIGHT_POD, key).values(),
@@ -205,7 +248,7 @@ class Reconciler:
         elif refused is not None:  # the spec changed: render and apply again
             del self._refused[key]
         decision = decide(sdep.spec, sdep.status, observation)
-        if (decision.analysis_due or decision.candidate_analyses_due) and url is not None:
+        if decision.analysis_due or decision.candidate_analyses_due:
             observation = await self._analyses(sdep, url, decision, observation)
             decision = decide(sdep.spec, sdep.status, observation)
         if decision.capacity_due is not None:
@@ -222,25 +265,36 @@ class Reconciler:
         return min(after, self.resync_seconds) if after is not None else self.resync_seconds
 
     async def _analyses(
-        self, sdep: SpeculativeDeployment, url: str, decision: Decision, observation: Observation
+        self, sdep: SpeculativeDeployment, url: str | None, decision: Decision, observation: Observation
     ) -> Observation:
-        """The observation with the analyses the decision asked for (the canary's, side-by-side slices')."""
+        """The observation with the analyses the decision asked for (the canary's, side-by-side slices'): Error
+        verdicts, so that onProviderError applies and nothing advances, when no Prometheus can be asked."""
         status, now, due = decision.status, observation.now, decision.candidate_analyses_due
+
+        def unanswered(reason: str) -> Observation:
+            analysis = _error(status, now, reason) if decision.analysis_due else None
+            slices = {i: _error(status, now, reason, i) for i in due}
+            return replace(observation, analysis=analysis, candidate_analyses=slices)
+
+        if url is None:
+            return unanswered(NO_PROMETHEUS)
         try:
             provider = await self._blocking(self._provider, sdep, url)
         except SecretError as error:  # an Error verdict: onProviderError applies, not a retry loop
-            analysis = _error(status, now, f"Prometheus auth: {error}") if decision.analysis_due else None
-            slices = {i: _error(status, now, f"Prometheus auth: {error}", i) for i in due}
-            return replace(observation, analysis=analysis, candidate_analyses=slices)
+            return unanswered(f"Prometheus auth: {error}")
         analysis = None
-        if decision.analysis_due:
-            pairs = None
-            if sdep.spec.rollout.guardrails.output_equivalence.enabled:
-                pods = list(self.store.children("Pod", (sdep.metadata.namespace, sdep.metadata.name)).values())
-                template = self.pod_url_template
-                pairs = await self._blocking(collect_pairs, self.kube, sdep, status, pods, now, template)
-            analysis = await self._blocking(analyze, provider, sdep, status, now, pairs)
-        slices = {i: await self._blocking(analyze_candidate, provider, sdep, status, now, i) for i in due}
+        try:
+            if decision.analysis_due:
+                pairs = None
+                if sdep.spec.rollout.guardrails.output_equivalence.enabled:
+                    pods = list(self.store.children("Pod", (sdep.metadata.namespace, sdep.metadata.name)).values())
+                    template = self.pod_url_template
+                    pairs = await self._blocking(collect_pairs, self.kube, sdep, status, pods, now, template)
+                analysis = await self._blocking(analyze, provider, sdep, status, now, pairs)
+            slices = {i: await self._blocking(analyze_candidate, provider, sdep, status, now, i) for i in due}
+        except Exception as error:  # a bug: still a verdict, so that the pass writes it and the fallbacks count
+            logger.exception("%s/%s: the analysis failed", sdep.metadata.namespace, sdep.metadata.name)
+            return unanswered(f"the analysis failed ({type(error).__name__}: a bug, the operator's log has it)")
         return replace(observation, analysis=analysis, candidate_analyses=slices)
 
     def _room(self, key: Key, sdep: SpeculativeDeployment, request: GpuRequest) -> GpuRoom | None:
@@ -593,6 +647,11 @@ def _error(status: SpeculativeDeploymentStatus, now: datetime, reason: str, cand
         reasons=[reason[:1000]],
         output_pairs=kept,
     )
+
+
+MESSAGE_LIMIT = 400
+"""Characters of a failure's own words in the Synced condition: an API server's message names the field or the
+permission in far fewer."""
 
 
 def _server_message(error: ApiException) -> str:

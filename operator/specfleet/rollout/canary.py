@@ -40,6 +40,7 @@ def start_canary(p: Pass, desired: str) -> Pass:
         current_step=0,
         step_started_at=p.obs.now,
         canary_started_at=p.obs.now,
+        canary_unguarded=p.spec.rollout.unguarded,
         last_analysis=None,
         **FRESH_EVIDENCE,
         retiring_revision=None,  # the canary Deployment is taken over by the new revision
@@ -295,9 +296,9 @@ def _end_step(p: Pass) -> Pass | Decided:
         return p.in_phase(Phase.PROGRESSING, True, "CanaryStep", step_label(p))
     if given is not None:
         return Decided(promote(p, "promoted by the user"))
-    if p.obs.guarded:
+    if p.judged:
         return Decided(promote(p, "all steps passed"))
-    return Decided(promote(p, "all steps' pauses elapsed, unguarded (no Prometheus: no analysis)"))
+    return Decided(promote(p, "all steps' pauses elapsed, unguarded (spec.rollout.unguarded: no analysis)"))
 
 
 def _no_baseline(p: Pass) -> bool:
@@ -318,7 +319,7 @@ def _hold_step(p: Pass) -> Pass | Decided:
     assert p.status.step_ready_at is not None
     ends = p.status.step_ready_at + pause
     passed = _analysis_passed_this_step(p)
-    if now >= ends and not passed and p.obs.guarded and _no_baseline(p):
+    if now >= ends and not passed and p.judged and _no_baseline(p):
         message = (
             f"{label}: no baseline (stable has no Ready pod or no traffic), so the canary cannot pass; its "
             "absolute guardrails are still judged (a failure rolls back) and onNoData does not act; "
@@ -340,7 +341,7 @@ def _analysis_passed_this_step(p: Pass) -> bool:
     and span at least one analysis interval (or the whole window, if shorter); an experiment's candidate
     needs the whole window, the evidence its measurements are read from.
     """
-    if not p.obs.guarded:
+    if not p.judged:
         return True
     last, started = p.status.last_analysis, p.status.step_ready_at
     if last is None or last.revision != p.status.canary_revision or last.verdict is not Verdict.PASS:
@@ -356,7 +357,7 @@ def _analysis_passed_this_step(p: Pass) -> bool:
 
 def _judge(p: Pass) -> Pass | Decided:
     """Ask for an analysis when one is due, or take in a fresh one and act on it (a failure ends the canary)."""
-    if not p.obs.guarded:
+    if not p.judged:
         return p
     if _paused_after_failure(p):
         last = p.status.last_analysis

@@ -21,13 +21,14 @@ from specfleet.rollout.moves import Budget, TrackPods, budget, move
 from specfleet.rollout.rolled_out import rolled_out
 from specfleet.rollout.state import Decided, Pass
 from specfleet.rollout.tuning import look_at_fleet, tuned_revision
-from specfleet.rollout.types import Decision, Observation, TrackTarget, live_canary
+from specfleet.rollout.types import NO_PROMETHEUS, NO_PROMETHEUS_REASON, Decision, Observation, TrackTarget, live_canary
 
 
 def decide(spec: SpeculativeDeploymentSpec, status: SpeculativeDeploymentStatus, obs: Observation) -> Decision:
     """The next status and the desired tracks. See the package docstring for the transitions."""
     start = status.model_copy(update={"observed_generation": obs.generation})
     p = _guarded_condition(_forget_withdrawn_commands(Pass(spec, obs, start, live_before=live_canary(start))))
+    p = p.with_condition(ConditionType.SYNCED, True, "ReconcileSuccess", "the operator decided this status")
     if obs.desired_revision is None:
         return _invalid_spec(_drop_stale_commands(p))
     p = _first_stable(p.with_condition(ConditionType.SPEC_VALID, True, "Rendered", f"revision {obs.desired_revision}"))
@@ -47,12 +48,17 @@ def decide(spec: SpeculativeDeploymentSpec, status: SpeculativeDeploymentStatus,
 
 
 def _guarded_condition(p: Pass) -> Pass:
-    if p.obs.guarded:
+    """Whether canaries are judged, and what a judged one does without a Prometheus (it waits)."""
+    if p.spec.rollout.unguarded:
+        message = "spec.rollout.unguarded: canary steps advance on their pauses and gates alone, with no analysis"
+        if live_canary(p.status) is not None and not p.status.canary_unguarded:
+            message += f"; canary {p.status.canary_revision} started judged and stays judged"
+        return p.with_condition(ConditionType.GUARDED, False, "Unguarded", message)
+    if p.obs.prometheus:
         return p.with_condition(
             ConditionType.GUARDED, True, "PrometheusConfigured", "canaries are judged from Prometheus"
         )
-    message = "no Prometheus is configured: canary steps advance on their pauses alone, unguarded"
-    return p.with_condition(ConditionType.GUARDED, False, "NoPrometheus", message)
+    return p.with_condition(ConditionType.GUARDED, False, NO_PROMETHEUS_REASON, NO_PROMETHEUS)
 
 
 def _first_stable(p: Pass) -> Pass:

@@ -128,7 +128,7 @@ def _one_after_another_because(p: Pass, pending: list[CandidateResult]) -> str:
     replicas, total = slice_replicas(p.spec), p.spec.main_replicas
     if len(pending) < 2:
         return "one candidate to measure"
-    if not p.obs.guarded:
+    if not p.obs.prometheus:
         return "no Prometheus to measure them with"
     if p.obs.routed:
         return "an HTTPRoute splits the traffic and has no backend per candidate"

@@ -58,6 +58,12 @@ class Pass:
         """The spec whose serving part renders `revision` (see `served_spec`)."""
         return served_spec(self.spec, self.status, revision)
 
+    @property
+    def judged(self) -> bool:
+        """Whether the live canary must pass analyses to advance: unless both the spec and the canary's start
+        said unguarded. Never from whether a Prometheus is configured: a missing one holds the canary."""
+        return not (self.spec.rollout.unguarded and self.status.canary_unguarded)
+
     def with_status(self, **changes: Any) -> "Pass":
         return replace(self, status=self.status.model_copy(update=changes))
 

@@ -178,7 +178,7 @@ def look_at_fleet(p: Pass) -> Pass:
     stable track (and the holdback) every analysis window, and take in a fresh look (speed-up, load points,
     drift)."""
     watched = any(x is not None for x in (p.spec.auto_tune, p.spec.rollout.drift, p.spec.rollout.holdback))
-    if not watched or not p.obs.guarded or p.status.phase is not Phase.HEALTHY:
+    if not watched or not p.obs.prometheus or p.status.phase is not Phase.HEALTHY:
         return p
     stable = p.status.stable_revision
     look = p.obs.fleet_look

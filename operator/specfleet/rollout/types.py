@@ -109,6 +109,15 @@ class GpuRoom:
         return f"{needs}, {self.free} free" if self.nodes else f"{needs}, and none is Ready, schedulable and tolerated"
 
 
+NO_PROMETHEUS_REASON = "NoPrometheus"
+NO_PROMETHEUS = (
+    "no Prometheus is configured (the operator's --prometheus-url, chart value operator.prometheusUrl, or "
+    "spec.prometheus.url): a canary waits at its first step, analysis.onProviderError applies, and it is never "
+    "promoted unjudged; spec.rollout.unguarded: true canaries on pauses alone"
+)
+"""Why a judged canary cannot be judged: the Guarded condition's message, and its analyses' Error reason."""
+
+
 @dataclass(frozen=True)
 class Observation:
     """Everything the decision needs from outside, gathered by the shell."""
@@ -125,8 +134,9 @@ class Observation:
     """Command annotations present on the object (`specfleet.io/promote` -> value)."""
     analysis: Analysis | None = None
     """A fresh analysis of the live canary (set by the shell when one was due and ran)."""
-    guarded: bool = True
-    """Whether a Prometheus is configured to judge canaries at all."""
+    prometheus: bool = True
+    """Whether a Prometheus is configured for the fleet (its spec's or the operator's). Without one a judged
+    canary's analyses are Error verdicts (see `Pass.judged`), and nothing is measured after promotion."""
     routed: bool = False
     """Whether traffic is split by an HTTPRoute's weights (so a 100% step leaves stable without traffic)."""
     fleet_look: "FleetLook | None" = None

@@ -63,14 +63,14 @@ def test_a_command_given_again_after_it_was_consumed_is_new() -> None:
         return SpeculativeDeployment.from_mapping(merged(BASE, {"metadata": meta}))
 
     now = datetime(2026, 11, 29, tzinfo=UTC)
-    first = observe(at("2026-11-29T10:00:00Z"), {}, [], now, guarded=False).commands
-    second = observe(at("2026-11-29T10:05:00Z"), {}, [], now, guarded=False).commands
+    first = observe(at("2026-11-29T10:00:00Z"), {}, [], now, prometheus=False).commands
+    second = observe(at("2026-11-29T10:05:00Z"), {}, [], now, prometheus=False).commands
     assert first["specfleet.io/promote"].startswith("step@") and first != second
 
 
 def test_missing_deployment_reads_as_an_empty_track() -> None:
     observation = observe(
-        SpeculativeDeployment.from_mapping(BASE), {Track.STABLE: None}, [], datetime.now(UTC), guarded=False
+        SpeculativeDeployment.from_mapping(BASE), {Track.STABLE: None}, [], datetime.now(UTC), prometheus=False
     )
     assert observation.stable.revision is None and observation.canary.ready == 0
     assert observation.desired_revision is not None
@@ -160,7 +160,7 @@ def test_each_side_by_side_slice_counts_only_its_own_pods() -> None:
     ]
     sdep = SpeculativeDeployment.from_mapping(BASE)
     slices = {0: deployment("k2", replicas=1, updated=1, total=1), 1: deployment("k3"), 2: None}
-    observation = observe(sdep, {}, pods, datetime.now(UTC), guarded=True, candidate_deployments=slices)
+    observation = observe(sdep, {}, pods, datetime.now(UTC), prometheus=True, candidate_deployments=slices)
     assert set(observation.candidates) == {0, 1}  # no Deployment, no slice
     assert (observation.candidates[0].revision, observation.candidates[0].ready) == ("k2", 1)
     assert observation.candidates[0].settled

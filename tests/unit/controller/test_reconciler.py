@@ -27,7 +27,7 @@ from specfleet.controller.store import Store
 from specfleet.hardware import GPU_RESOURCE, MI300X, PRODUCT_NAME_LABEL
 from specfleet.render.manifests import deployment, revision
 from specfleet.rollout import Decision, Observation, decide
-from specfleet.rollout.types import GpuRequest, GpuRoom
+from specfleet.rollout.types import NO_PROMETHEUS, GpuRequest, GpuRoom
 
 from bad_specs import BASE, merged
 
@@ -182,6 +182,15 @@ def test_an_unreadable_auth_secret_is_an_error_verdict_not_an_exception(problem:
     assert status["unjudgedSince"]
 
 
+def test_an_analysis_due_without_any_prometheus_is_an_error_verdict() -> None:
+    store, _ = canary_world()  # no spec.prometheus, and the reconciler has no default URL
+    kube = RecordingKube()
+    reconcile(kube, store)
+    (status, _rv), *_ = kube.status_writes
+    assert status["lastAnalysis"]["verdict"] == "Error" and status["lastAnalysis"]["reasons"] == [NO_PROMETHEUS]
+    assert status["unjudgedSince"] and "Promoted" not in str(status)
+
+
 # 10. status writes and the watch cache
 
 
@@ -282,7 +291,7 @@ def test_an_unreachable_api_server_is_one_warning_and_a_retry_not_a_traceback(
         queue.add(KEY)
         worker = asyncio.create_task(reconciler.run_worker())
         for _ in range(500):
-            if caplog.records:
+            if caplog.records and KEY in queue._due:  # logged, and queued again (after the status says so)
                 break
             await asyncio.sleep(0.01)
         worker.cancel()
@@ -307,7 +316,7 @@ def test_a_reconcile_that_keeps_failing_is_tried_again_ever_less_often(caplog: p
         for _ in range(failures):
             queue.add(KEY)  # due now, whatever the backoff said: as a watch event would
             for _ in range(500):
-                if len(caplog.records) > len(waits):
+                if len(caplog.records) > len(waits) and KEY in queue._due:
                     break
                 await asyncio.sleep(0.01)
             waits.append(queue._due[KEY] - time.monotonic())
@@ -319,6 +328,46 @@ def test_a_reconcile_that_keeps_failing_is_tried_again_ever_less_often(caplog: p
 
     assert [round(wait / 5) for wait in waits] == [1, 2, 4]
     assert "3 failures in a row" in caplog.records[-1].getMessage()
+
+
+class ForbiddenKube(RecordingKube):
+    """An API server that refuses the operator every child write (an RBAC rule removed): the status write
+    before the children goes through, each Deployment create or apply is a 403."""
+
+    def _forbidden(self, *args: Any, **kwargs: Any) -> None:
+        refused = ApiException(status=403, reason="Forbidden")
+        refused.body = json.dumps({"message": 'deployments.apps is forbidden: User "specfleet" cannot create'})
+        raise ForbiddenError(refused)
+
+    apply = create = _forbidden
+
+    def read(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        assert self.watch is not None
+        return self.watch.sdeps.get((namespace, name))
+
+
+def test_a_failing_reconcile_says_so_in_status_with_what_failed_and_its_analysis_still_counts() -> None:
+    store, _ = canary_world()
+    kube = ForbiddenKube()
+    kube.watch = store
+    queue = WorkQueue()
+    reconciler = Reconciler(kube, store, queue, clock=lambda: NOW)  # type: ignore[arg-type]
+
+    async def one_pass() -> None:
+        queue.add(KEY)
+        worker = asyncio.create_task(reconciler.run_worker())
+        for _ in range(500):
+            if len(kube.status_writes) >= 2:
+                break
+            await asyncio.sleep(0.01)
+        worker.cancel()
+
+    asyncio.run(one_pass())
+    (decided, _), (failed, _) = kube.status_writes[:2]
+    assert decided["lastAnalysis"]["verdict"] == "Error"  # written before the children: onProviderError counts it
+    synced = next(c for c in failed["conditions"] if c["type"] == "Synced")
+    assert synced["status"] == "False" and synced["reason"] == "ReconcileError"
+    assert "API error 403 Forbidden: deployments.apps is forbidden" in synced["message"], synced
 
 
 # 4. a retiring canary goes only once its traffic is seen off
@@ -395,8 +444,8 @@ def test_a_capacity_check_lists_nodes_and_pods_and_decides_again_with_the_room(
     kube = RecordingKube(nodes=[GPU_NODE], cluster_pods=[BUSY])
     reconcile(kube, store)
     assert kube.lists == ["Node", "Pod"]
-    first, second = decisions.rooms[:2]
-    assert first is None and second == GpuRoom(request=REQUEST, free=2, fitting=0, nodes=1)
+    first, last = decisions.rooms[0], decisions.rooms[-1]  # an analysis (an Error: no Prometheus) may come between
+    assert first is None and last == GpuRoom(request=REQUEST, free=2, fitting=0, nodes=1)
     assert kube.status_writes  # the reconcile went on to its writes
 
 

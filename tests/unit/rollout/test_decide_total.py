@@ -2,8 +2,9 @@
 
 `spec.rollout` is drawn from the committed CRD (`schema_strategies`, biased to the bounds), kept when the
 models admit it; a config change then starts a canary whose pods come Ready, and the analyses hypothesis
-draws (every verdict, any evidence length) arrive at drawn times, with or without a Prometheus. Every pass
-returns a Decision whose status survives a JSON round trip, as the shell writes it.
+draws (every verdict, any evidence length) arrive at drawn times, with or without a Prometheus (without one,
+Error verdicts, as the shell gives). Every pass returns a Decision whose status survives a JSON round trip,
+as the shell writes it, and without a Prometheus no canary is promoted unless the spec says `unguarded`.
 """
 
 import json
@@ -16,9 +17,10 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from specfleet.api.spec import SpeculativeDeploymentSpec
-from specfleet.api.status import Analysis, SpeculativeDeploymentStatus, Verdict
+from specfleet.api.status import Analysis, Outcome, SpeculativeDeploymentStatus, Verdict
 from specfleet.render.manifests import revision
 from specfleet.rollout import Observation, TrackObservation, decide
+from specfleet.rollout.types import NO_PROMETHEUS
 
 from bad_specs import BASE, merged
 from repokit import ROOT
@@ -45,28 +47,31 @@ def track(rev: str | None, pods: int) -> TrackObservation:
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     rollout=from_schema(ROLLOUT),
-    guarded=st.booleans(),
+    prometheus=st.booleans(),
     looks=st.lists(
         st.tuples(st.sampled_from(list(Verdict)), st.integers(0, 10**7), st.integers(0, 10**6)), min_size=1, max_size=8
     ),
 )
 def test_every_admitted_rollout_is_decided_to_the_end(
-    rollout: dict[str, Any], guarded: bool, looks: list[tuple[Verdict, int, int]]
+    rollout: dict[str, Any], prometheus: bool, looks: list[tuple[Verdict, int, int]]
 ) -> None:
     first, second = admitted(rollout, k=4), admitted(rollout, k=3)
-    status = decide(first, SpeculativeDeploymentStatus(), Observation(T0, 1, revision(first), guarded=guarded)).status
+    status = decide(
+        first, SpeculativeDeploymentStatus(), Observation(T0, 1, revision(first), prometheus=prometheus)
+    ).status
     now = T0
     for verdict, seconds_later, evidence_seconds in looks:
         now += timedelta(seconds=seconds_later)
         canary = status.canary_revision
         analysis = None
-        if canary is not None and guarded:
+        if canary is not None:  # without a Prometheus the shell answers every due analysis with an Error
             analysis = Analysis(
                 time=now,
                 revision=canary,
                 step=status.current_step or 0,
                 look=status.analyses + 1,
-                verdict=verdict,
+                verdict=verdict if prometheus else Verdict.ERROR,
+                reasons=[] if prometheus else [NO_PROMETHEUS],
                 evidence_seconds=evidence_seconds,
             )
         observed = Observation(
@@ -76,7 +81,9 @@ def test_every_admitted_rollout_is_decided_to_the_end(
             stable=track(status.stable_revision, 2),
             canary=track(canary, 2) if canary else TrackObservation(),
             analysis=analysis,
-            guarded=guarded,
+            prometheus=prometheus,
         )
         decision = decide(second, status, observed)
         status = SpeculativeDeploymentStatus.model_validate(json.loads(decision.status.model_dump_json()))
+        if not prometheus and not second.rollout.unguarded:  # fail closed: never promoted unjudged
+            assert all(entry.outcome is not Outcome.PROMOTED for entry in status.history), status.history

@@ -81,7 +81,12 @@ class RolloutMachine(RuleBasedStateMachine):
         patch = {
             "replicas": self.replicas,
             "speculative": {"numSpeculativeTokens": self.k},
-            "rollout": {"steps": self.steps, "historyLimit": 50, "progressDeadline": "10m"},
+            "rollout": {
+                "steps": self.steps,
+                "historyLimit": 50,
+                "progressDeadline": "10m",
+                "unguarded": not self.guarded,
+            },
         }
         return SpeculativeDeploymentSpec.model_validate(merged(BASE, {"spec": patch})["spec"])
 
@@ -95,7 +100,7 @@ class RolloutMachine(RuleBasedStateMachine):
             canary=TrackObservation(self.canary.revision, self.canary.ready, settled=True),
             commands=dict(self.commands),
             analysis=analysis,
-            guarded=self.guarded,
+            prometheus=self.guarded,
         )
 
     def _serving(self, canary_traffic: bool) -> int:
