@@ -16,6 +16,8 @@ RESTRICTED_SIDECAR: dict[str, Any] = {
     "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
 }
 """A sidecar that meets restricted: it says it never escalates and drops every capability."""
+PRIVILEGED = {**SIDECAR, "securityContext": {"privileged": True}}
+"""Privileged as a pod admits it (privileged with allowPrivilegeEscalation false is refused as a contradiction)."""
 
 
 def _sidecar(security: dict[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
@@ -41,12 +43,12 @@ class Hostile:
 ESCALATIONS = [
     Hostile(
         "privileged sidecar",
-        _sidecar(security={"privileged": True}),
+        {"spec": {"containers": [PRIVILEGED]}},
         "spec.template.spec.containers[0].securityContext.privileged",
     ),
     Hostile(
         "privileged init container",
-        {"spec": {"initContainers": _sidecar(security={"privileged": True})["spec"]["containers"]}},
+        {"spec": {"initContainers": [PRIVILEGED]}},
         "spec.template.spec.initContainers[0].securityContext.privileged",
     ),
     Hostile(
