@@ -183,6 +183,7 @@ def test_the_chart_admission_policy_refuses_each_escalation_naming_the_field(
         assert not (spec.host_network or spec.host_pid or spec.host_ipc)
 
 
+@pytest.mark.cluster_wide  # alone: a chart installed by another test meanwhile binds its policy to every namespace
 def test_without_the_admission_policy_the_operator_renders_no_escalating_pod(
     operator: Operator, fleet: Fleet, hostile_tenant: str
 ) -> None:
