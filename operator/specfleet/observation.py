@@ -27,6 +27,7 @@ from specfleet.api.vocabulary import (
     Track,
 )
 from specfleet.render.manifests import revision
+from specfleet.render.policy import DEFAULT_POLICY, TemplatePolicy
 from specfleet.rollout import ContainerCrash, Observation, PreflightObservation, PreflightState, TrackObservation
 from specfleet.validation import errors, spec_problems
 
@@ -64,9 +65,12 @@ def parse(body: Raw) -> Parsed:
         return Parsed(None, ("spec unreadable", *_describe(error)))
 
 
-def desired_revision(sdep: SpeculativeDeployment) -> tuple[str | None, tuple[str, ...]]:
-    """The revision the spec renders to, or None with the reasons it cannot be rendered."""
-    problems = errors(spec_problems(sdep.spec))
+def desired_revision(
+    sdep: SpeculativeDeployment, policy: TemplatePolicy = DEFAULT_POLICY
+) -> tuple[str | None, tuple[str, ...]]:
+    """The revision the spec renders to, or None with the reasons it cannot be rendered (a template the
+    operator's template policy refuses among them)."""
+    problems = errors(spec_problems(sdep.spec, policy))
     if problems:
         return None, tuple(str(p) for p in problems)
     try:
@@ -255,10 +259,11 @@ def observe(
     preflight_jobs: Iterable[Raw] = (),
     preflight_pods: Iterable[Raw] = (),
     candidate_deployments: Mapping[int, Raw | None] | None = None,
+    template_policy: TemplatePolicy = DEFAULT_POLICY,
 ) -> Observation:
     """The state machine's view of one SpeculativeDeployment and its children."""
     pods = list(pods)
-    desired, problems = desired_revision(sdep)
+    desired, problems = desired_revision(sdep, template_policy)
     meta = sdep.metadata
     commands = {  # value@time: the same value given again after it was consumed is a new command
         c.annotation: f"{value}@{meta.annotation_set_at(c.annotation)}"

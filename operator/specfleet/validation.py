@@ -27,6 +27,7 @@ from specfleet.preflight.budget import gpu_budget
 from specfleet.preflight.check import MemorySubject, memory_problems
 from specfleet.render.argv import ITL_BUCKETS_FLAG, engine_problems
 from specfleet.render.buckets import BucketsError, check_histogram_buckets
+from specfleet.render.policy import DEFAULT_POLICY, TemplatePolicy, template_problems
 from specfleet.render.vllm_versions import CLI_FLAGS, VllmVersion, has_flag
 
 _FRIENDLY = {
@@ -242,10 +243,17 @@ def _candidate_problems(spec: SpeculativeDeploymentSpec) -> list[Problem]:
     return problems
 
 
-def spec_problems(spec: SpeculativeDeploymentSpec) -> list[Problem]:
-    """Problems of a spec that already passed the schema: version support and judgement."""
+def _template_problems(spec: SpeculativeDeploymentSpec, policy: TemplatePolicy) -> list[Problem]:
+    template = spec.template.model_dump(mode="json", by_alias=True, exclude_none=True) if spec.template else None
+    return template_problems(template, policy)
+
+
+def spec_problems(spec: SpeculativeDeploymentSpec, policy: TemplatePolicy = DEFAULT_POLICY) -> list[Problem]:
+    """Problems of a spec that already passed the schema: version support, what the operator's template policy
+    refuses in `spec.template`, and judgement."""
     return (
         engine_problems(spec)
+        + _template_problems(spec, policy)
         + _extra_args_problems(spec)
         + _judgement_problems(spec)
         + _candidate_problems(spec)
@@ -253,8 +261,9 @@ def spec_problems(spec: SpeculativeDeploymentSpec) -> list[Problem]:
     )
 
 
-def validate_document(document: Any) -> list[Problem]:
-    """All problems of one YAML document meant to be a SpeculativeDeployment."""
+def validate_document(document: Any, policy: TemplatePolicy = DEFAULT_POLICY) -> list[Problem]:
+    """All problems of one YAML document meant to be a SpeculativeDeployment, under the operator's template
+    policy `policy`."""
     if not isinstance(document, Mapping):
         return [Problem("(document)", "expected a mapping (a Kubernetes object)")]
     if document.get("apiVersion") != API_VERSION or document.get("kind") != KIND:
@@ -269,7 +278,7 @@ def validate_document(document: Any) -> list[Problem]:
         sdep = SpeculativeDeployment.from_mapping(document)
     except ValidationError as error:
         return _schema_problems(error)
-    return spec_problems(sdep.spec)
+    return spec_problems(sdep.spec, policy)
 
 
 def errors(problems: list[Problem]) -> list[Problem]:
@@ -357,7 +366,7 @@ def _parse_error(error: Exception) -> str:
     return " ".join(str(error).split())
 
 
-def validate_text(source: str, text: str) -> FileReport:
+def validate_text(source: str, text: str, policy: TemplatePolicy = DEFAULT_POLICY) -> FileReport:
     """Every SpeculativeDeployment in one file's text: YAML documents, or one JSON object in a `.json` file.
     A file that does not parse is one invalid report saying why."""
     is_json = source.endswith(".json")
@@ -373,7 +382,8 @@ def validate_text(source: str, text: str) -> FileReport:
         if is_another_kind(document):
             skipped.append(SkippedDocument(source, position, document["kind"], _name(document)))
         else:
-            documents.append(DocumentReport(source, position, _name(document), tuple(validate_document(document))))
+            problems = tuple(validate_document(document, policy))
+            documents.append(DocumentReport(source, position, _name(document), problems))
     return FileReport(source, tuple(documents), tuple(skipped))
 
 

@@ -249,6 +249,10 @@ def test_install_upgrade_uninstall(cluster: Cluster, namespace: str, release: st
         f"clusterrolebinding/{release}-specfleet"
     )
     assert not cluster.exists("-n", namespace, f"role/{release}-specfleet-leader-election")
+    policy = f"{release}-specfleet-template-policy"  # the cluster serves it (1.30+): helm renders it
+    assert cluster.exists(f"validatingadmissionpolicy/{policy}") and cluster.exists(
+        f"validatingadmissionpolicybinding/{policy}"
+    )
 
     cluster.helm(
         *("upgrade", release, str(CHART), "-n", namespace, "--wait", "--timeout", "120s"),
@@ -267,6 +271,7 @@ def test_install_upgrade_uninstall(cluster: Cluster, namespace: str, release: st
     cluster.helm("uninstall", release, "-n", namespace, "--wait")
     assert not cluster.exists("-n", namespace, f"deployment/{release}-specfleet")
     assert not cluster.exists(f"clusterrole/{release}-specfleet")
+    assert not cluster.exists(f"validatingadmissionpolicy/{policy}")
     assert not cluster.exists("-n", namespace, f"serviceaccount/{release}-specfleet")
     assert cluster.exists("crd/speculativedeployments.specfleet.io"), "Helm never deletes the CRD (or its objects)"
 

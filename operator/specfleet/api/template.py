@@ -183,13 +183,15 @@ class PodSpecTemplate(ApiModel):
     security_context: PodSecurityContext | None = None
     """A PodSpec `securityContext`, laid over specfleet's (non-root uid 1000, RuntimeDefault seccomp: the
     Pod Security Standard `restricted`). `seccompProfile: {type: Unconfined}` here is the opt-in for hosts
-    whose ROCm needs it, and needs a namespace that allows it. `supplementalGroups` comes from
+    whose ROCm needs it: it needs the operator's template policy `privileged` (the default, `baseline`,
+    refuses it) and a namespace that allows it. `supplementalGroups` comes from
     `accelerator.supplementalGroups`."""
     volumes: Annotated[list[NamedObject], Field(max_length=32)] = []
     """Extra volumes (PodSpec `volumes`), for sidecars or for `vllm.volumeMounts`; `dshm` and `model-cache`
-    are specfleet's."""
+    are specfleet's. `hostPath` needs the operator's template policy `privileged`."""
     containers: Annotated[list[NamedObject], Field(max_length=8)] = []
-    """Extra containers (sidecars) next to `vllm`, as PodSpec `containers`."""
+    """Extra containers (sidecars) next to `vllm`, as PodSpec `containers`. What they may ask for (privileges,
+    capabilities, host ports, seccomp...) is bounded by the operator's template policy (docs/install.md)."""
     init_containers: Annotated[list[NamedObject], Field(max_length=8)] = []
     """Containers that run to completion before vLLM starts, as PodSpec `initContainers`."""
 

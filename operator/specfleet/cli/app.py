@@ -19,6 +19,7 @@ from specfleet.cli.loadtest import loadtest_command
 from specfleet.cli.run import run
 from specfleet.console import make_console
 from specfleet.devcluster.cli import app as dev_app
+from specfleet.render.policy import DEFAULT_POLICY, TemplatePolicy
 
 app = typer.Typer(
     help="specfleet: canary speculative-decoding configs for vLLM fleets on Kubernetes.",
@@ -30,7 +31,7 @@ app.command()(run)
 
 stderr = make_console(stderr=True)
 
-CHART_FILE_NAMES = ("files/prometheus-rules.yaml", "files/grafana-dashboard.json")
+CHART_FILE_NAMES = ("files/prometheus-rules.yaml", "files/grafana-dashboard.json", "files/template-policy.yaml")
 """The keys of `specfleet.chartgen.GENERATED`, for the help text without importing the generators (a unit
 test checks that both agree)."""
 
@@ -106,7 +107,7 @@ def crd() -> None:
 
 @app.command(name="chart-file")
 def chart_file(name: Annotated[str, typer.Argument(help=f"One of: {', '.join(CHART_FILE_NAMES)}.")]) -> None:
-    """Print a Helm chart file generated from the Python sources (alert rules, Grafana dashboard)."""
+    """Print a Helm chart file generated from the Python sources (alert rules, Grafana dashboard, template policy)."""
     from specfleet.chartgen import GENERATED as CHART_FILES
 
     if name not in CHART_FILES:
@@ -144,7 +145,7 @@ def _read(path: Path) -> str:
 
 VALIDATE_HELP = (
     "Check SpeculativeDeployments offline: schema, cross-field rules, vLLM version support, GPU products and "
-    "memory budgets.\n\n"
+    "memory budgets, and what spec.template adds to the pods against the operator's template policy.\n\n"
     "Prints one line per problem, naming the file, the object and the field: errors, warnings (risks it may run "
     "with) and notes (what could not be checked). Documents of other kinds (a Secret beside the fleet) are "
     "skipped and counted.\n\n"
@@ -173,6 +174,10 @@ def validate(
             "errors, warnings, notes; and the documents skipped).",
         ),
     ] = ValidateOutput.TEXT,
+    template_policy: Annotated[
+        TemplatePolicy,
+        typer.Option(help="The operator's --template-policy (the chart's templatePolicy) to check spec.template by."),
+    ] = DEFAULT_POLICY,
 ) -> None:
     """Check SpeculativeDeployments offline (the help text is VALIDATE_HELP)."""
     import json
@@ -180,7 +185,7 @@ def validate(
     from specfleet.api.problems import Severity
     from specfleet.validation import reports_json, validate_text
 
-    files = [validate_text(str(file), _read(file)) for file in _manifest_files(path)]
+    files = [validate_text(str(file), _read(file), template_policy) for file in _manifest_files(path)]
     summary = reports_json(files)
     if output is ValidateOutput.JSON:
         typer.echo(json.dumps(summary, indent=2))

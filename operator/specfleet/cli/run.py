@@ -10,6 +10,8 @@ from typing import Annotated
 
 import typer
 
+from specfleet.render.policy import DEFAULT_POLICY, TemplatePolicy
+
 
 class LogFormat(StrEnum):
     HUMAN = "human"
@@ -70,6 +72,14 @@ def run(
     resync: Annotated[
         float, typer.Option(min=5, help="Seconds between two looks at an object when nothing happens.")
     ] = 300.0,
+    template_policy: Annotated[
+        TemplatePolicy,
+        typer.Option(
+            help="The Pod Security Standard level a fleet's spec.template must meet: a template adding more "
+            "(a privileged sidecar, a hostPath volume, seccomp Unconfined...) makes the spec invalid, naming the "
+            "field, and no pod is rendered from it. privileged: no check.",
+        ),
+    ] = DEFAULT_POLICY,
 ) -> None:
     """Run the operator: reconcile SpeculativeDeployments into vLLM fleets and canary every change."""
     import kopf
@@ -103,6 +113,7 @@ def run(
         pod_url_template=pod_url_template,
         leader_election=election,
         shard=Shard(shard, shards),
+        template_policy=template_policy,
     )
     controller = Controller(Kube(api_client), options)
     kopf.run(

@@ -33,6 +33,7 @@ from specfleet.controller.queue import WorkQueue
 from specfleet.controller.reconciler import Reconciler
 from specfleet.controller.shards import LEASE_API_VERSION, ShardGate
 from specfleet.controller.store import PREFLIGHT_POD, Key, Store, owner_key
+from specfleet.render.policy import DEFAULT_POLICY, TemplatePolicy
 from specfleet.sharding import Shard
 
 MANAGED = {"app.kubernetes.io/managed-by": FIELD_MANAGER}
@@ -190,6 +191,8 @@ class OperatorOptions:
     shard: Shard = field(default_factory=Shard)
     """`--shards`/`--shard`: which fleets this process owns (`specfleet.sharding`); needs leader election
     when there is more than one."""
+    template_policy: TemplatePolicy = DEFAULT_POLICY
+    """`--template-policy`: what a fleet's `spec.template` may add to the pods the operator creates."""
 
 
 @dataclass
@@ -230,6 +233,7 @@ class Controller:
             resync_seconds=self.options.resync_seconds,
             default_prometheus_url=self.options.prometheus_url,
             pod_url_template=self.options.pod_url_template,
+            template_policy=self.options.template_policy,
             threads=ThreadPoolExecutor(self.options.workers, thread_name_prefix="specfleet-reconcile"),
             writes=ThreadPoolExecutor(write_threads(self.options.workers), thread_name_prefix="specfleet-write"),
             owns=gate.owns,

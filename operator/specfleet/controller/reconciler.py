@@ -39,6 +39,7 @@ from specfleet.observation import controlled_by, observe, parse
 from specfleet.patches import contains, merge_patch, stamped
 from specfleet.preflight.job import preflight_job
 from specfleet.render.manifests import Manifest, child_name, deployment, fleet_selector, route_rules, service
+from specfleet.render.policy import DEFAULT_POLICY, TemplatePolicy
 from specfleet.rollout import Decision, FleetLook, Observation, TrackTarget, decide
 from specfleet.rollout.types import NO_PROMETHEUS, GpuRequest, GpuRoom, set_condition
 
@@ -76,6 +77,9 @@ class Reconciler:
     """`specfleet run --prometheus-url`: used for objects whose spec names no Prometheus."""
     pod_url_template: str = DEFAULT_POD_URL_TEMPLATE
     """`specfleet run --pod-url-template`: how the operator reaches a pod (output equivalence's requests)."""
+    template_policy: TemplatePolicy = DEFAULT_POLICY
+    """`specfleet run --template-policy`: what a fleet's `spec.template` may add to the pods (`render.policy`);
+    a template it refuses makes the spec invalid, and nothing is rendered from it."""
     threads: Executor | None = None
     """Where blocking calls (the Kubernetes client, Prometheus) run: one thread per worker, so `--workers`
     objects are reconciled at once. None: asyncio's default pool, which has only cores + 4 threads."""
@@ -238,6 +242,7 @@ class Reconciler:
             preflight_jobs=self.store.children("Job", key).values(),
             preflight_pods=self.store.children(PREFLIGHT_POD, key).values(),
             candidate_deployments=slices,
+            template_policy=self.template_policy,
         )
         if self._conflicts.get(key):
             names = ", ".join(sorted(self._conflicts[key]))

@@ -112,6 +112,7 @@ def test_args_come_from_values(helm: Path) -> None:
             *("--set", "operator.prometheusUrl=http://prometheus.monitoring:9090", "--set", "operator.workers=8"),
             *("--set", "watchNamespaces={team-a,team-b}", "--set", "operator.logFormat=human"),
             *("--set", "operator.verbose=true", "--set", "operator.extraArgs={--resync=60}"),
+            *("--set", "templatePolicy=restricted"),
         )
     )
     assert operator["args"] == [
@@ -119,6 +120,7 @@ def test_args_come_from_values(helm: Path) -> None:
         "--liveness=http://0.0.0.0:8080/healthz",
         "--workers=8",
         "--resync=300",
+        "--template-policy=restricted",
         "--metrics-port=8081",
         "--namespace=team-a",
         "--namespace=team-b",
