@@ -55,6 +55,12 @@ way back up (to shards, from such a process) is the one step without a fence: th
 unstamped fleet once BASE has been absent for a lease duration on their clock, by which time the old process
 is normally gone; run it with leader election first (`replicaCount: 2` in the chart) to close that too.
 
+**Other operators.** Two installs of the operator (two releases, or a laptop's `specfleet run` beside the
+cluster's) elect with different Leases, and neither knows of the other; the stamp is what keeps them apart. A
+fleet stamped by another Lease's live holder is left to it (WAIT), whichever operator that is, and taken only
+once that holder stopped, by the same rules as between shards. Leader election is on by default
+(`specfleet run` elects with a Lease even when no flag names one), so every operator stamps what it acts on.
+
 **Costs.** Without leader election and with no stamps (a cluster never sharded): no request at all. With it,
 one patch per fleet each time a replica wins its Lease, and one read of another shard's Lease per retry
 period while a fleet waits for it; none in a steady state.
@@ -246,6 +252,13 @@ def decide_unelected(stamp: Stamp | None, lease: LeaseView | None) -> Ownership:
     if stamp != RELEASED_STAMP and lease is not None and lease.live:
         return Ownership.WAIT
     return Ownership.CLAIM
+
+
+def of_release(namespace: str, lease: str, release_namespace: str, base: str) -> bool:
+    """Whether the Lease `namespace/lease` is one this operator's release elects with (`BASE`, or a shard's
+    `BASE-shard-I-of-N` of any N): a fleet waiting for it is in a hand-over between shards of this release;
+    waiting for any other Lease means another operator (another release, a laptop run) acts on the fleet."""
+    return namespace == release_namespace and (lease == base or lease.startswith(f"{base}-shard-"))
 
 
 def interested(assigned: bool, stamp: Stamp | None, me: Stamp) -> bool:
