@@ -8,9 +8,10 @@ Kubernetes garbage collector remove the children.
 Every replica watches (so a new leader starts with a warm store) and only the holder of a
 coordination.k8s.io Lease runs workers. Leader election is on unless turned off: a second `specfleet run`
 on the same fleets (another replica, a laptop run) must find the first and stand by, and only a Lease
-both can see tells it; its default is `specfleet` in the watched namespace (`choose_election`). kopf's peering cannot be used for that: it pauses
-kopf's own watches and handlers but not our worker tasks, it pauses every replica of equal priority,
-and a replica it resumes would act on a store that stopped updating while it was paused.
+both can see tells it; its default is `specfleet` in the watched namespace (`choose_election`).
+kopf's peering cannot be used for that: it pauses kopf's own watches and handlers but not our worker
+tasks, it pauses every replica of equal priority, and a replica it resumes would act on a store that
+stopped updating while it was paused.
 """
 
 import asyncio
