@@ -48,12 +48,13 @@ of a shard it is no longer assigned to (its label moved it) is released by that 
 replaced by `released` (with the resourceVersion) from the fleet's own worker, which then drops the fleet; a
 released fleet is acted on by nobody until its assigned shard stamps it, at once.
 
-**Without leader election** (one unsharded process: no Lease, so no stamp of its own) a process acts on
-unstamped fleets as before sharding existed, leaves a fleet whose stamp's Lease is live (a resize down to it,
-while the old shards still run), and removes a stamp whose holder stopped before acting on that fleet. The
-way back up (to shards, from such a process) is the one step without a fence: the new shards take an
-unstamped fleet once BASE has been absent for a lease duration on their clock, by which time the old process
-is normally gone; run it with leader election first (`replicaCount: 2` in the chart) to close that too.
+**Without leader election** (`--leader-election off`, or an operator of a version that did not elect by
+default: one unsharded process, no Lease, so no stamp of its own) a process acts on unstamped fleets as before
+sharding existed, leaves a fleet whose stamp's Lease is live (a resize down to it, while the old shards still
+run), and removes a stamp whose holder stopped before acting on that fleet. The way from such a process to
+elected ones is the one step without a fence: they take an unstamped fleet once BASE has been absent for a
+lease duration on their clock (or at once when BASE is their own Lease), by which time the old process is
+normally gone; it keeps off each fleet as soon as it sees the fleet stamped.
 
 **Other operators.** Two installs of the operator (two releases, or a laptop's `specfleet run` beside the
 cluster's) elect with different Leases, and neither knows of the other; the stamp is what keeps them apart. A
@@ -61,7 +62,7 @@ fleet stamped by another Lease's live holder is left to it (WAIT), whichever ope
 once that holder stopped, by the same rules as between shards. Leader election is on by default
 (`specfleet run` elects with a Lease even when no flag names one), so every operator stamps what it acts on.
 
-**Costs.** Without leader election and with no stamps (a cluster never sharded): no request at all. With it,
+**Costs.** Without leader election and with no stamps: no request at all. With it,
 one patch per fleet each time a replica wins its Lease, and one read of another shard's Lease per retry
 period while a fleet waits for it; none in a steady state.
 

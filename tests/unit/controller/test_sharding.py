@@ -18,6 +18,7 @@ from specfleet.sharding import (
     decide_unelected,
     hash_shard,
     interested,
+    of_release,
     stable_hash,
 )
 
@@ -186,3 +187,19 @@ def test_a_process_without_leader_election_keeps_away_from_live_stamps(
     stamp: Stamp | None, lease: LeaseView | None, expected: Ownership
 ) -> None:
     assert decide_unelected(stamp, lease) is expected
+
+
+@pytest.mark.parametrize(
+    ("namespace", "lease", "mine"),
+    [
+        ("ops", "sf-specfleet", True),  # the release's unsharded Lease
+        ("ops", "sf-specfleet-shard-2-of-3", True),  # one of its shards, of any shard count
+        ("ops", "sf-specfleet-canary", False),  # another release whose name starts alike
+        ("ops", "other-specfleet", False),  # another release in the same namespace
+        ("team-a", "sf-specfleet", False),  # a laptop run electing in the watched namespace
+    ],
+)
+def test_a_lease_is_this_releases_only_when_it_is_its_base_or_a_shard_of_it(
+    namespace: str, lease: str, mine: bool
+) -> None:
+    assert of_release(namespace, lease, "ops", "sf-specfleet") is mine
