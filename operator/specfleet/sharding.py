@@ -61,6 +61,10 @@ cluster's) elect with different Leases, and neither knows of the other; the stam
 fleet stamped by another Lease's live holder is left to it (WAIT), whichever operator that is, and taken only
 once that holder stopped, by the same rules as between shards. Leader election is on by default
 (`specfleet run` elects with a Lease even when no flag names one), so every operator stamps what it acts on.
+A fleet nobody has stamped yet (created while both run) would go to whichever stamps it first; a process that
+already leaves fleets in that namespace to another operator leaves a new one too for a lease duration
+(`defer_new_fleet`): the operator that was there first stamps it at once, and if nobody does (the other does
+not watch it) the fleet is still taken. One writer either way, never none.
 
 **Costs.** Without leader election and with no stamps: no request at all. With it,
 one patch per fleet each time a replica wins its Lease, and one read of another shard's Lease per retry
@@ -260,6 +264,13 @@ def of_release(namespace: str, lease: str, release_namespace: str, base: str) ->
     `BASE-shard-I-of-N` of any N): a fleet waiting for it is in a hand-over between shards of this release;
     waiting for any other Lease means another operator (another release, a laptop run) acts on the fleet."""
     return namespace == release_namespace and (lease == base or lease.startswith(f"{base}-shard-"))
+
+
+def defer_new_fleet(unstamped_for: float, other_operator_here: bool, lease_duration: float) -> bool:
+    """Whether a process about to stamp a fleet nobody has stamped leaves it for now: while another operator's
+    live Lease holds fleets in the fleet's namespace (that operator, which stamps a new fleet at once, most
+    likely watches it too), until the fleet has been unstamped for a lease duration on this process's clock."""
+    return other_operator_here and unstamped_for < lease_duration
 
 
 def interested(assigned: bool, stamp: Stamp | None, me: Stamp) -> bool:

@@ -247,8 +247,9 @@ def test_a_second_operator_on_the_same_fleets_stands_by_and_takes_over_when_the_
 ) -> None:
     """Two `specfleet run --namespace NS` without any election flag (a laptop run beside a running operator) elect one
     writer through the default Lease NS/specfleet; a third run with another Lease (another Helm release) finds the
-    fleets stamped by a live operator and stands by for them. Both say so in their logs and metrics. When the writer
-    is SIGKILLed, its fleets are stamped anew by one of the others, never before its Lease expired, and reconciled."""
+    fleets stamped by a live operator and stands by for them. Both say so in their logs and metrics. A fleet created
+    while the three run goes to the first too. When the writer is SIGKILLed, its fleets are stamped anew by one of the
+    others, never before its Lease expired, and reconciled."""
     names = ["fleet-a", "fleet-b"]
     ports = {role: free_port() for role in ("first", "second", "other")}
 
@@ -277,15 +278,21 @@ def test_a_second_operator_on_the_same_fleets_stands_by_and_takes_over_when_the_
     wait_for("the other's standby gauge", lambda: metric(ports["other"], standby) == 2.0)
     assert metric(ports["other"], "specfleet_leader") == 1.0 and owned_fleets(ports["other"]) == 0.0
     assert metric(ports["second"], "specfleet_leader") == 0.0
-    assert wait_for("the first's owned-fleets gauge", lambda: owned_fleets(ports["first"]) == 2.0)
+    # a new fleet: the other leaves it to the operator that was there first, which stamps it at once
+    names.append("fleet-c")
+    fleet.apply(sdep(names[2], replicas=1, engine={"tensorParallelSize": 1}))
+    wait_for(f"{names[2]} Healthy and stamped", lambda: converged(fleet, names[2]) and stamp_of(fleet, names[2]), 120)
+    stamps[names[2]] = stamp_of(fleet, names[2])
+    assert stamps[names[2]] == stamps[names[0]], stamps
+    # ... without the other even trying: it sees the new fleet at about the time the first does, and would race it
+    assert f"{namespace}/{names[2]} changed while being stamped" not in other.log.read_text()
+    assert wait_for("the first's owned-fleets gauge", lambda: owned_fleets(ports["first"]) == 3.0)
+    wait_for("the other's standby gauge", lambda: metric(ports["other"], standby) == 3.0)
     fleet.patch_spec(names[0], {"rollout": {"steps": [{"weight": 50, "pause": {"duration": "3s"}}]}})
     wait_for(f"{names[0]} to observe its new generation", lambda: converged(fleet, names[0]), SHARD_TIMEOUT)
     assert {name: stamp_of(fleet, name) for name in names} == stamps  # reconciled by the first, stamped by nobody else
     for standing_by in (second, other):
-        assert (
-            claimed_at(standing_by, namespace, names[0]) is None
-            and claimed_at(standing_by, namespace, names[1]) is None
-        )
+        assert [name for name in names if claimed_at(standing_by, namespace, name)] == []
 
     # the writer dies: one of the others stamps each fleet, only once its Lease went unrenewed for a lease duration
     first.kill()
@@ -311,7 +318,7 @@ def test_a_second_operator_on_the_same_fleets_stands_by_and_takes_over_when_the_
     new_holder = lease(fleet, "specfleet").holder_identity
     assert new_holder not in (None, holder)  # the second took the default Lease over
     wait_for("every fleet owned by exactly one live process", lambda: (
-        (owned_fleets(ports["second"]) or 0.0) + (owned_fleets(ports["other"]) or 0.0) == 2.0
+        (owned_fleets(ports["second"]) or 0.0) + (owned_fleets(ports["other"]) or 0.0) == 3.0
     ))  # fmt: skip
     # the other said once that another operator holds these fleets, however often it looked again
     said = f"another operator holds fleets here: Lease {namespace}/specfleet held by {holder};"

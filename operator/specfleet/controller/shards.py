@@ -39,6 +39,7 @@ from specfleet.sharding import (
     assign,
     decide,
     decide_unelected,
+    defer_new_fleet,
     interested,
     of_release,
 )
@@ -184,6 +185,20 @@ class ShardGate:
             if assigned and stamp != me and not released and stamp_lease != (me.namespace, me.lease):
                 lease = await asyncio.to_thread(self._judge, *stamp_lease, seen_at)
             decision = decide(assigned, stamp, me, lease)
+        if decision is Ownership.CLAIM and stamp is None and self.lease_name is not None:
+            unstamped_for = self.clock() - seen_at
+            if defer_new_fleet(unstamped_for, self._other_operator_in(key[0]), self.lease_duration):
+                if self._waiting.get(key) != "new":
+                    logger.info(
+                        "shard %s: %s/%s is new and another operator holds fleets in its namespace: left to it "
+                        "for %.0f s",
+                        self._name,
+                        *key,
+                        self.lease_duration,
+                    )
+                    self._waiting[key] = "new"
+                self.queue.add(key, self.lease_duration - unstamped_for)
+                return False
         if decision is not Ownership.WAIT:
             self._stand_by(key, None)
         if decision is not Ownership.ACT and key in self.owned:
@@ -249,6 +264,18 @@ class ShardGate:
             else:
                 STANDBY.remove(changed)
                 logger.info("shard %s: no fleet left to Lease %s any more", self._name, changed)
+
+    def _other_operator_in(self, namespace: str) -> bool:
+        """Whether this process leaves some fleet in `namespace` to a live Lease that is not its release's."""
+        return any(
+            key[0] == namespace and not of_release(*self._split(lease), self.lease_namespace, self.base_lease)
+            for key, lease in self._standby.items()
+        )
+
+    @staticmethod
+    def _split(lease: str) -> tuple[str, str]:
+        namespace, _, name = lease.partition("/")
+        return namespace, name
 
     def _announce(self, namespace: str, lease: str, holder: str) -> None:
         if (f"{namespace}/{lease}", holder) in self._announced:

@@ -4,6 +4,7 @@ Lease is read at most once per retry period, and a fleet taken over after its ch
 listed before its first pass."""
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
@@ -281,3 +282,32 @@ def test_a_stamp_newer_than_the_last_lease_read_is_judged_from_a_new_read() -> N
     shards.observe(fleet("llama", "ops/other-release@b#1", version="8"), deleted=False)
     assert not asyncio.run(shards.owns(("default", "llama")))
     assert kube.patches == [] and kube.reads == ["other-release"] * 3
+
+
+def test_a_new_fleet_where_another_operator_holds_fleets_is_left_to_it_for_a_lease_duration(caplog: Any) -> None:
+    """The operator that was there first stamps a new fleet at once; this one, standing by for that operator's
+    fleets in the namespace, leaves the new one for a lease duration (then takes it, should nobody have: the other
+    may not watch it). Elsewhere, and where no other operator holds fleets, a new fleet is stamped at once."""
+    caplog.set_level(logging.INFO, "specfleet.shards")
+    kube, clock = FakeKube(), Clock()
+    kube.leases["other-release"] = {"spec": {"holderIdentity": "them", "renewTime": "t1", "leaseDurationSeconds": 15}}
+    shards = gate(kube, Shard(0, 1), clock=clock)
+    shards.observe(fleet("held", "ops/other-release@them#1"), deleted=False)
+    assert not asyncio.run(shards.owns(("default", "held")))
+    elsewhere = fleet("elsewhere")
+    elsewhere["metadata"]["namespace"] = "team-b"
+    for new in (fleet("new"), elsewhere):
+        shards.observe(new, deleted=False)
+    assert not asyncio.run(shards.owns(("default", "new")))
+    assert not asyncio.run(shards.owns(("team-b", "elsewhere")))
+    assert [key for key, _ in kube.patches] == [("team-b", "elsewhere")]  # stamped at once: nobody else's namespace
+    clock.now += 14
+    kube.leases["other-release"]["spec"]["renewTime"] = "t2"
+    assert not asyncio.run(shards.owns(("default", "new")))
+    clock.now += 1  # nobody stamped it within a lease duration
+    assert not asyncio.run(shards.owns(("default", "new")))
+    assert [key for key, _ in kube.patches] == [("team-b", "elsewhere"), ("default", "new")]
+    said = [r.getMessage() for r in caplog.records if "is new and another operator" in r.getMessage()]
+    assert said == [
+        "shard 0/1: default/new is new and another operator holds fleets in its namespace: left to it for 15 s"
+    ]
