@@ -48,14 +48,25 @@ of a shard it is no longer assigned to (its label moved it) is released by that 
 replaced by `released` (with the resourceVersion) from the fleet's own worker, which then drops the fleet; a
 released fleet is acted on by nobody until its assigned shard stamps it, at once.
 
-**Without leader election** (one unsharded process: no Lease, so no stamp of its own) a process acts on
-unstamped fleets as before sharding existed, leaves a fleet whose stamp's Lease is live (a resize down to it,
-while the old shards still run), and removes a stamp whose holder stopped before acting on that fleet. The
-way back up (to shards, from such a process) is the one step without a fence: the new shards take an
-unstamped fleet once BASE has been absent for a lease duration on their clock, by which time the old process
-is normally gone; run it with leader election first (`replicaCount: 2` in the chart) to close that too.
+**Without leader election** (`--leader-election off`, or an operator of a version that did not elect by
+default: one unsharded process, no Lease, so no stamp of its own) a process acts on unstamped fleets as before
+sharding existed, leaves a fleet whose stamp's Lease is live (a resize down to it, while the old shards still
+run), and removes a stamp whose holder stopped before acting on that fleet. The way from such a process to
+elected ones is the one step without a fence: they take an unstamped fleet once BASE has been absent for a
+lease duration on their clock (or at once when BASE is their own Lease), by which time the old process is
+normally gone; it keeps off each fleet as soon as it sees the fleet stamped.
 
-**Costs.** Without leader election and with no stamps (a cluster never sharded): no request at all. With it,
+**Other operators.** Two installs of the operator (two releases, or a laptop's `specfleet run` beside the
+cluster's) elect with different Leases, and neither knows of the other; the stamp is what keeps them apart. A
+fleet stamped by another Lease's live holder is left to it (WAIT), whichever operator that is, and taken only
+once that holder stopped, by the same rules as between shards. Leader election is on by default
+(`specfleet run` elects with a Lease even when no flag names one), so every operator stamps what it acts on.
+A fleet nobody has stamped yet (created while both run) would go to whichever stamps it first; a process that
+already leaves fleets in that namespace to another operator leaves a new one too for a lease duration
+(`defer_new_fleet`): the operator that was there first stamps it at once, and if nobody does (the other does
+not watch it) the fleet is still taken. One writer either way, never none.
+
+**Costs.** Without leader election and with no stamps: no request at all. With it,
 one patch per fleet each time a replica wins its Lease, and one read of another shard's Lease per retry
 period while a fleet waits for it; none in a steady state.
 
@@ -246,6 +257,20 @@ def decide_unelected(stamp: Stamp | None, lease: LeaseView | None) -> Ownership:
     if stamp != RELEASED_STAMP and lease is not None and lease.live:
         return Ownership.WAIT
     return Ownership.CLAIM
+
+
+def of_release(namespace: str, lease: str, release_namespace: str, base: str) -> bool:
+    """Whether the Lease `namespace/lease` is one this operator's release elects with (`BASE`, or a shard's
+    `BASE-shard-I-of-N` of any N): a fleet waiting for it is in a hand-over between shards of this release;
+    waiting for any other Lease means another operator (another release, a laptop run) acts on the fleet."""
+    return namespace == release_namespace and (lease == base or lease.startswith(f"{base}-shard-"))
+
+
+def defer_new_fleet(unstamped_for: float, other_operator_here: bool, lease_duration: float) -> bool:
+    """Whether a process about to stamp a fleet nobody has stamped leaves it for now: while another operator's
+    live Lease holds fleets in the fleet's namespace (that operator, which stamps a new fleet at once, most
+    likely watches it too), until the fleet has been unstamped for a lease duration on this process's clock."""
+    return other_operator_here and unstamped_for < lease_duration
 
 
 def interested(assigned: bool, stamp: Stamp | None, me: Stamp) -> bool:

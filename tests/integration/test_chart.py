@@ -248,7 +248,7 @@ def test_install_upgrade_uninstall(cluster: Cluster, namespace: str, release: st
     assert cluster.exists(f"clusterrole/{release}-specfleet") and cluster.exists(
         f"clusterrolebinding/{release}-specfleet"
     )
-    assert not cluster.exists("-n", namespace, f"role/{release}-specfleet-leader-election")
+    assert cluster.exists("-n", namespace, f"role/{release}-specfleet-leader-election")  # one replica elects too
     policy = f"{release}-specfleet-template-policy"  # the cluster serves it (1.30+): helm renders it
     assert cluster.exists(f"validatingadmissionpolicy/{policy}") and cluster.exists(
         f"validatingadmissionpolicybinding/{policy}"
@@ -313,7 +313,8 @@ def test_the_operator_runs_on_the_namespaced_rbac_and_no_more(
     log = tmp_path / "operator.log"
 
     fleet.make_room_for(FULL_TEMPLATE)  # every template field, rendered by an operator on the chart's RBAC
-    with operator_process(specfleet_run(account, "--namespace", namespace, "--resync", "30"), log):
+    election = f"--leader-election={namespace}/{release}-specfleet"  # as the chart runs it
+    with operator_process(specfleet_run(account, "--namespace", namespace, "--resync", "30", election), log):
         promote_then_abort(fleet, template=FULL_TEMPLATE)
     assert refusals(log) == [], "the operator was refused something it uses"
 
@@ -353,7 +354,9 @@ def test_the_operator_runs_on_the_cluster_wide_rbac(
     cluster.helm("install", release, str(CHART), "-n", namespace)
     account = cluster.service_account_kubeconfig(namespace, f"{release}-specfleet", tmp_path / "sa.kubeconfig")
     log = tmp_path / "operator.log"
-    with operator_process(specfleet_run(account, "--resync", "30"), log):
+    with operator_process(
+        specfleet_run(account, "--resync", "30", f"--leader-election={namespace}/{release}-specfleet"), log
+    ):
         healthy(fleet)
     # A cluster-wide operator also sees other tests' namespaces, where a terminating namespace answers
     # 403 to creations: only RBAC's own wording counts as a refusal here.

@@ -1,8 +1,9 @@
-"""Two operator shards on the dev cluster (`specfleet run --shards 2 --shard 0|1`, each with leader election): each
-reconciles and stamps only the fleets that hash to it; a SIGKILLed shard's fleets are taken over by a resized
-operator (`--shards 1`) only once its Lease expired, the live shard's never while it holds its Lease, and at once
-when it shuts down cleanly (its Lease released). Assertions are on the stamps, the Leases, status
-observedGeneration and the operators' logs."""
+"""Several operator processes on the dev cluster. Two shards (`specfleet run --shards 2 --shard 0|1`, each with leader
+election): each reconciles and stamps only the fleets that hash to it; a SIGKILLed shard's fleets are taken over by a
+resized operator (`--shards 1`) only once its Lease expired, the live shard's never while it holds its Lease, and at
+once when it shuts down cleanly (its Lease released). Two plain `specfleet run` on one namespace, and a third with
+another Lease (another release): one writer, the others stand by and say so, and take over once it died.
+Assertions are on the stamps, the Leases, status observedGeneration, the operators' logs and metrics."""
 
 import re
 import urllib.request
@@ -99,9 +100,14 @@ def converged(fleet: Fleet, name: str) -> bool:
     return status.get("phase") == "Healthy" and status.get("observedGeneration") == body["metadata"]["generation"]
 
 
-def owned_fleets(port: int) -> float:
+def metric(port: int, series: str) -> float | None:
+    """One series' value from the operator's /metrics (`name` or `name{label="value"}`); None when absent."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    return float(next(line.split()[-1] for line in text.splitlines() if line.startswith("specfleet_owned_fleets ")))
+    return next((float(line.split()[-1]) for line in text.splitlines() if line.startswith(f"{series} ")), None)
+
+
+def owned_fleets(port: int) -> float | None:
+    return metric(port, "specfleet_owned_fleets")
 
 
 def test_two_shards_split_the_fleets_and_hand_them_over_safely(
@@ -171,16 +177,16 @@ def test_two_shards_split_the_fleets_and_hand_them_over_safely(
 def test_back_to_one_process_without_leader_election_keeps_off_live_shards(
     dev_cluster: ClusterInfo, namespace: str, fleet: Fleet, operators: list[Operator], tmp_path: Path
 ) -> None:
-    """The chart's default after `shards` went back to 1: one replica, no Lease of its own. It leaves every fleet to
-    its shard while that shard's Lease is live, and unstamps and takes it once the shard stopped (released: at once;
-    SIGKILLed: once the Lease expired)."""
+    """One process run with `--leader-election off` (as the chart ran one replica before election became the
+    default) after the shards: no Lease of its own. It leaves every fleet to its shard while that shard's Lease is
+    live, and unstamps and takes it once the shard stopped (released: at once; SIGKILLed: once the Lease expired)."""
     names = fleet_names(namespace, per_shard=2)
     shard0, shard1 = two_shards_with(names[0] + names[1], dev_cluster, namespace, fleet, operators, tmp_path)
     for name in names[0] + names[1]:
         wait_for(f"{name} Healthy and stamped", lambda name=name: converged(fleet, name) and stamp_of(fleet, name), 120)
     stamps = {name: stamp_of(fleet, name) for name in names[0] + names[1]}
 
-    single = Operator(dev_cluster, namespace, tmp_path / "single.log")  # no --shards, no --leader-election
+    single = Operator(dev_cluster, namespace, tmp_path / "single.log", extra=("--leader-election", "off"))
     operators.append(single)
     single.start()
     wait_for("the single process to look at every fleet", lambda: all(
@@ -234,3 +240,86 @@ def test_a_label_moves_a_fleet_to_the_shard_it_names(
     wait_for(f"{name} to observe its new generation under shard 1", lambda: converged(fleet, name), SHARD_TIMEOUT)
     assert {n: d.metadata.uid for n, d in fleet.deployments().items()} == children
     assert shard0.log.read_text().count("names no shard of 2") == 1
+
+
+def test_a_second_operator_on_the_same_fleets_stands_by_and_takes_over_when_the_first_dies(
+    dev_cluster: ClusterInfo, namespace: str, fleet: Fleet, operators: list[Operator], tmp_path: Path
+) -> None:
+    """Two `specfleet run --namespace NS` without any election flag (a laptop run beside a running operator) elect one
+    writer through the default Lease NS/specfleet; a third run with another Lease (another Helm release) finds the
+    fleets stamped by a live operator and stands by for them. Both say so in their logs and metrics. A fleet created
+    while the three run goes to the first too. When the writer is SIGKILLed, its fleets are stamped anew by one of the
+    others, never before its Lease expired, and reconciled."""
+    names = ["fleet-a", "fleet-b"]
+    ports = {role: free_port() for role in ("first", "second", "other")}
+
+    def run(role: str, *more: str) -> Operator:
+        running = Operator(
+            dev_cluster, namespace, tmp_path / f"{role}.log", extra=("--metrics-port", str(ports[role]), *more)
+        )
+        operators.append(running)
+        running.start()
+        return running
+
+    first = run("first")
+    for name in names:
+        fleet.apply(sdep(name, replicas=1, engine={"tensorParallelSize": 1}))
+    for name in names:
+        wait_for(f"{name} Healthy and stamped", lambda name=name: converged(fleet, name) and stamp_of(fleet, name), 120)
+    stamps = {name: stamp_of(fleet, name) for name in names}
+    writer = {(s.namespace, s.lease, s.identity) for s in stamps.values() if s}
+    assert len(writer) == 1 and next(iter(writer))[:2] == (namespace, "specfleet"), stamps  # the default Lease
+    holder = next(iter(writer))[2]
+
+    second, other = run("second"), run("other", "--leader-election", f"{namespace}/another-release")
+    # the second competes for the same Lease and stands by entirely; the other holds its own, and leaves the fleets
+    wait_for("the second to say who holds the Lease", lambda: f"held by {holder}" in second.log.read_text())
+    standby = f'specfleet_standby_fleets{{lease="{namespace}/specfleet"}}'
+    wait_for("the other's standby gauge", lambda: metric(ports["other"], standby) == 2.0)
+    assert metric(ports["other"], "specfleet_leader") == 1.0 and owned_fleets(ports["other"]) == 0.0
+    assert metric(ports["second"], "specfleet_leader") == 0.0
+    # a new fleet: the other leaves it to the operator that was there first, which stamps it at once
+    names.append("fleet-c")
+    fleet.apply(sdep(names[2], replicas=1, engine={"tensorParallelSize": 1}))
+    wait_for(f"{names[2]} Healthy and stamped", lambda: converged(fleet, names[2]) and stamp_of(fleet, names[2]), 120)
+    stamps[names[2]] = stamp_of(fleet, names[2])
+    assert stamps[names[2]] == stamps[names[0]], stamps
+    # ... without the other even trying: it sees the new fleet at about the time the first does, and would race it
+    assert f"{namespace}/{names[2]} changed while being stamped" not in other.log.read_text()
+    assert wait_for("the first's owned-fleets gauge", lambda: owned_fleets(ports["first"]) == 3.0)
+    wait_for("the other's standby gauge", lambda: metric(ports["other"], standby) == 3.0)
+    fleet.patch_spec(names[0], {"rollout": {"steps": [{"weight": 50, "pause": {"duration": "3s"}}]}})
+    wait_for(f"{names[0]} to observe its new generation", lambda: converged(fleet, names[0]), SHARD_TIMEOUT)
+    assert {name: stamp_of(fleet, name) for name in names} == stamps  # reconciled by the first, stamped by nobody else
+    for standing_by in (second, other):
+        assert [name for name in names if claimed_at(standing_by, namespace, name)] == []
+
+    # the writer dies: one of the others stamps each fleet, only once its Lease went unrenewed for a lease duration
+    first.kill()
+    last_renewal = lease(fleet, "specfleet").renew_time
+    for name in names:
+        wait_for(f"{name} taken over", lambda name=name: (stamp_of(fleet, name) or stamps[name]).identity != holder, 90)
+        taken = wait_for(
+            f"{name}'s claim logged",
+            lambda name=name: claimed_at(second, namespace, name) or claimed_at(other, namespace, name),
+            30,
+        )
+        assert (taken - last_renewal).total_seconds() >= LEASE_SECONDS, (taken, last_renewal)
+    fleet.patch_spec(names[1], {"rollout": {"steps": [{"weight": 50, "pause": {"duration": "3s"}}]}})
+    wait_for(f"{names[1]} to observe its new generation", lambda: converged(fleet, names[1]), SHARD_TIMEOUT)
+    for name in names:  # one new writer each: neither of the two took a fleet the other had just stamped
+        claims = [
+            line
+            for o in (second, other)
+            for line in o.log.read_text().splitlines()
+            if f"claimed {namespace}/{name} " in line
+        ]
+        assert len(claims) == 1, claims
+    new_holder = lease(fleet, "specfleet").holder_identity
+    assert new_holder not in (None, holder)  # the second took the default Lease over
+    wait_for("every fleet owned by exactly one live process", lambda: (
+        (owned_fleets(ports["second"]) or 0.0) + (owned_fleets(ports["other"]) or 0.0) == 3.0
+    ))  # fmt: skip
+    # the other said once that another operator holds these fleets, however often it looked again
+    said = f"another operator holds fleets here: Lease {namespace}/specfleet held by {holder};"
+    assert other.log.read_text().count(said) == 1

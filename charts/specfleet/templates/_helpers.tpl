@@ -46,11 +46,6 @@ app.kubernetes.io/part-of: specfleet
 {{- end -}}
 {{- end -}}
 
-{{/* Leader election (a Lease) whenever more than one replica runs. */}}
-{{- define "specfleet.leaderElection" -}}
-{{- if or (gt (int .Values.replicaCount) 1) (gt (int .Values.shards) 1) -}}true{{- end -}}
-{{- end -}}
-
 {{/* The Leases the operator's replicas hold: one, or one per shard (`specfleet.sharding.Shard.lease_name`),
 and, on an install or upgrade (`lookup` sees the cluster; `helm template` does not), the release's shard Leases
 that already exist: during a change of `shards` the old shards still run and must renew, then release, theirs. */}}

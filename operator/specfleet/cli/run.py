@@ -38,7 +38,11 @@ def run(
         str | None,
         typer.Option(
             metavar="NAMESPACE/NAME",
-            help="For several replicas: only the holder of this coordination.k8s.io Lease reconciles.",
+            help="Only the holder of this coordination.k8s.io Lease reconciles; the others stand by and take over "
+            "when it stops. Default: the Lease 'specfleet' in the watched namespace (the first, sorted), else in "
+            "the pod's own, else in 'default', so a second run on the same fleets stands by. A fleet stamped by "
+            "another live operator (another Lease) is left to it. 'off': no election, for when nothing else can "
+            "run against these fleets.",
         ),
     ] = None,
     prometheus_url: Annotated[
@@ -60,8 +64,9 @@ def run(
         int,
         typer.Option(
             min=1,
-            help="Split the fleets between this many operator processes (needs --leader-election NAMESPACE/BASE; "
-            "shard I elects its replica with the Lease BASE-shard-I-of-N). A fleet belongs to the shard its "
+            help="Split the fleets between this many operator processes (needs leader election, with "
+            "--leader-election NAMESPACE/BASE or its default; shard I elects its replica with the Lease "
+            "BASE-shard-I-of-N). A fleet belongs to the shard its "
             "namespace/name hashes to, or to the one its label specfleet.io/shard names. See docs/sharding.md.",
         ),
     ] = 1,
@@ -84,7 +89,7 @@ def run(
     """Run the operator: reconcile SpeculativeDeployments into vLLM fleets and canary every change."""
     import kopf
 
-    from specfleet.controller.handlers import Controller, LeaderElection, OperatorOptions, api_connections
+    from specfleet.controller.handlers import Controller, OperatorOptions, api_connections, choose_election
     from specfleet.controller.kube import Kube, load_config
     from specfleet.sharding import Shard
 
@@ -94,14 +99,15 @@ def run(
     if not verbose:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # one line per handled watch event
     try:
-        election = LeaderElection.parse(leader_election) if leader_election else None
+        election = choose_election(leader_election, namespace or [], _pod_namespace())
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--leader-election") from error
     if shard >= shards:
         raise typer.BadParameter(f"must be below --shards ({shards}), got {shard}", param_hint="--shard")
     if shards > 1 and election is None:
         raise typer.BadParameter(
-            "more than one shard needs --leader-election NAMESPACE/BASE (each shard's Lease is BASE-shard-I-of-N)",
+            "more than one shard needs leader election, not --leader-election off (each shard's Lease is "
+            "BASE-shard-I-of-N)",
             param_hint="--shards",
         )
     api_client = load_config(str(kubeconfig) if kubeconfig else None, connections=api_connections(workers))
@@ -123,3 +129,11 @@ def run(
         namespaces=namespace or (),
         liveness_endpoint=liveness or None,
     )
+
+
+def _pod_namespace() -> str | None:
+    """The namespace of the pod this runs in (its ServiceAccount's), None outside a pod."""
+    try:
+        return Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace").read_text().strip() or None
+    except OSError:
+        return None

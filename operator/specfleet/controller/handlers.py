@@ -5,10 +5,13 @@ put a finalizer and progress annotations on every object, so deleting a Speculat
 the operator is down would hang. Here deletion never waits for specfleet: owner references let the
 Kubernetes garbage collector remove the children.
 
-With several replicas, every replica watches (so a new leader starts with a warm store) and only the
-holder of a coordination.k8s.io Lease runs workers. kopf's peering cannot be used for that: it pauses
-kopf's own watches and handlers but not our worker tasks, it pauses every replica of equal priority,
-and a replica it resumes would act on a store that stopped updating while it was paused.
+Every replica watches (so a new leader starts with a warm store) and only the holder of a
+coordination.k8s.io Lease runs workers. Leader election is on unless turned off: a second `specfleet run`
+on the same fleets (another replica, a laptop run) must find the first and stand by, and only a Lease
+both can see tells it; its default is `specfleet` in the watched namespace (`choose_election`).
+kopf's peering cannot be used for that: it pauses kopf's own watches and handlers but not our worker
+tasks, it pauses every replica of equal priority, and a replica it resumes would act on a store that
+stopped updating while it was paused.
 """
 
 import asyncio
@@ -76,6 +79,28 @@ class LeaderElection:
         return cls(namespace, name)
 
 
+DEFAULT_LEASE = "specfleet"
+"""The Lease `specfleet run` elects with when no --leader-election names one."""
+ELECTION_OFF = "off"
+"""`--leader-election off`: no Lease; this process acts as if it were the only one."""
+
+
+def choose_election(flag: str | None, namespaces: list[str], pod_namespace: str | None) -> LeaderElection | None:
+    """The election a `specfleet run` takes part in. `flag`: its --leader-election (None: not given).
+
+    Without a flag every run elects: with `DEFAULT_LEASE` in the first watched namespace (sorted, so two runs
+    over the same namespaces meet in one Lease), else in the namespace of its own pod, else in `default`. Two
+    plain runs on one namespace then compete for one Lease and one stands by; runs that elect differently
+    (two releases) are kept apart by the stamps (`specfleet.sharding`).
+    """
+    if flag == ELECTION_OFF:
+        return None
+    if flag:
+        return LeaderElection.parse(flag)
+    namespace = min(namespaces) if namespaces else pod_namespace or "default"
+    return LeaderElection(namespace, DEFAULT_LEASE)
+
+
 class Leadership:
     """Campaigns for the Lease and keeps it; `try_hold` blocks (API calls), so it runs in a thread."""
 
@@ -138,7 +163,7 @@ class Leadership:
 
     async def run(self, start: Callable[[], None], stop: Callable[[], Awaitable[None]]) -> None:
         """Call `start` on winning the lease and `stop` on losing it (another holder, or no renewal in time)."""
-        election, leading, renewed_at = self.election, False, 0.0
+        election, leading, renewed_at, seen = self.election, False, 0.0, None
         while True:
             try:
                 holder = await asyncio.to_thread(self.try_hold)
@@ -155,6 +180,17 @@ class Leadership:
                 logger.warning("lease %s/%s lost (holder: %s)", election.namespace, election.name, holder)
                 leading = False
                 await stop()
+            if not leading and holder is not None and holder != seen:  # once per holder, not every retry
+                logger.info(
+                    "lease %s/%s held by %s: this replica stands by (specfleet_leader 0) and takes over when the "
+                    "holder stops or its Lease goes unrenewed for %d s",
+                    election.namespace,
+                    election.name,
+                    holder,
+                    election.lease_duration,
+                )
+            if holder is not None:
+                seen = holder
             await asyncio.sleep(election.retry_period)
 
 
@@ -186,8 +222,8 @@ class OperatorOptions:
     prometheus_url: str | None = None
     pod_url_template: str = DEFAULT_POD_URL_TEMPLATE
     leader_election: LeaderElection | None = None
-    """None: this process is the only replica and reconciles from the start. Its name is the base: a shard's
-    Lease is `Shard.lease_name(base)`."""
+    """None (`--leader-election off`): this process takes itself for the only one and reconciles from the start.
+    Its name is the base: a shard's Lease is `Shard.lease_name(base)`."""
     shard: Shard = field(default_factory=Shard)
     """`--shards`/`--shard`: which fleets this process owns (`specfleet.sharding`); needs leader election
     when there is more than one."""
@@ -252,6 +288,7 @@ class Controller:
                 self.queue.add(key)  # keys dropped by workers cancelled at a lost lease come back
             workers.extend(asyncio.create_task(reconciler.run_worker()) for _ in range(self.options.workers))
             LEADER.set(1)
+            logger.info("specfleet: %d workers started", self.options.workers)
 
         async def stop_workers() -> None:
             LEADER.set(0)
@@ -270,7 +307,6 @@ class Controller:
             await asyncio.sleep(INITIAL_SYNC_SECONDS)
             if leadership is None:
                 start_workers()
-                logger.info("specfleet: %d workers started", self.options.workers)
             else:
                 logger.info(
                     "specfleet: shard %d of %d watching; workers start when this replica holds the lease %s/%s",

@@ -43,6 +43,13 @@ OWNED = Gauge(
     OWNED_FLEETS,
     "SpeculativeDeployments this process reconciles: its shard's, stamped with its Lease (with leader election)",
 )
+STANDBY_FLEETS = "specfleet_standby_fleets"
+STANDBY = Gauge(
+    STANDBY_FLEETS,
+    "SpeculativeDeployments this process leaves to the live holder of another Lease (another operator, or during "
+    "a hand-over another shard), by that Lease",
+    ["lease"],
+)
 
 
 class FleetCollector(Collector):

@@ -4,9 +4,11 @@ The rules, and why they never let two processes act on a fleet nor leave one wit
 `specfleet.sharding`; this is the I/O around them: reading other shards' Leases (at most once per retry
 period each), writing and removing the stamp with the fleet's resourceVersion, dropping other shards' fleets
 from the store, and listing a fleet's children when it becomes this shard's after its children were dropped.
-With leader election (`specfleet run --leader-election`, sharded or not) it stamps; without, it only keeps
-away from fleets a live shard still holds (`sharding.decide_unelected`), and costs no request while no fleet
-carries a stamp.
+With leader election (the default of `specfleet run`, sharded or not) it stamps; without
+(`--leader-election off`), it only keeps away from fleets a live shard still holds (`sharding.decide_unelected`),
+and costs no request while no fleet carries a stamp. A fleet it leaves to the live holder of another Lease is
+counted in `specfleet_standby_fleets{lease}`, and the first time it meets another operator's Lease (not one of
+its own release's shards) it says so at WARNING: two installs on the same fleets are worth a look.
 """
 
 import asyncio
@@ -21,7 +23,7 @@ from kubernetes.dynamic.exceptions import ConflictError, NotFoundError
 
 from specfleet.api.vocabulary import API_VERSION, FIELD_MANAGER, KIND, LABEL_NAME, LABEL_PREFLIGHT
 from specfleet.controller.kube import Kube
-from specfleet.controller.metrics import OWNED
+from specfleet.controller.metrics import OWNED, STANDBY
 from specfleet.controller.queue import WorkQueue
 from specfleet.controller.store import PREFLIGHT_POD, Key, Store, key_of
 from specfleet.sharding import (
@@ -37,7 +39,9 @@ from specfleet.sharding import (
     assign,
     decide,
     decide_unelected,
+    defer_new_fleet,
     interested,
+    of_release,
 )
 
 logger = logging.getLogger("specfleet.shards")
@@ -83,7 +87,15 @@ class ShardGate:
     """Fleets that became this shard's after their children were dropped: listed before the first pass."""
     _reported: dict[Key, str] = field(default_factory=dict)
     _waiting: dict[Key, str] = field(default_factory=dict)
-    _reads: dict[tuple[str, str], tuple[float, LeaseRecord | None]] = field(default_factory=dict)
+    _standby: dict[Key, str] = field(default_factory=dict)
+    """Fleets left to the live holder of another Lease: `namespace/lease` each (`specfleet_standby_fleets`)."""
+    _announced: set[tuple[str, str]] = field(default_factory=set)
+    """(Lease, holder) of other operators already logged: once each, however often a fleet is looked at again."""
+    _reads: dict[tuple[str, str], tuple[float, float, LeaseRecord | None]] = field(default_factory=dict)
+    """Each other Lease's last read: when it began, when it returned, what it said."""
+    _stamp_seen: dict[Key, tuple[str | None, float]] = field(default_factory=dict)
+    """Each kept fleet's stamp and when this process first saw it: a Lease read older than that says nothing
+    about the stamp's holder (it may have won the Lease after the read), so it is read again."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -96,12 +108,13 @@ class ShardGate:
     def begin_term(self) -> None:
         """This process won its Lease (again): nothing stamped in an earlier term is acted on unstamped."""
         self._term += 1
-        self.owned.clear()
-        OWNED.set(0)
+        self.end_term()
 
     def end_term(self) -> None:
         self.owned.clear()
         OWNED.set(0)
+        self._standby.clear()
+        STANDBY.clear()
 
     def _assigned(self, key: Key, body: Mapping[str, Any]) -> bool:
         labels = (body.get("metadata") or {}).get("labels") or {}
@@ -126,6 +139,9 @@ class ShardGate:
         if key in self._foreign:
             self._foreign.discard(key)
             self._incomplete.add(key)
+        value = ((obj.get("metadata") or {}).get("annotations") or {}).get(OWNER_ANNOTATION)
+        if self._stamp_seen.get(key, ("", 0.0))[0] != value:
+            self._stamp_seen[key] = (value, self.clock())
         self.store.put_sdep(obj, deleted=False)
         return key
 
@@ -134,8 +150,10 @@ class ShardGate:
 
     def _forget(self, key: Key, foreign: bool) -> None:
         self.store.forget(key)
+        self._stamp_seen.pop(key, None)
         self._incomplete.discard(key)
         self._waiting.pop(key, None)
+        self._stand_by(key, None)
         if key in self.owned:
             self.owned.discard(key)
             OWNED.set(len(self.owned))
@@ -158,14 +176,31 @@ class ShardGate:
         lease: LeaseView | None = None
         stamp_lease = (stamp.namespace, stamp.lease) if stamp else (self.lease_namespace, self.base_lease)
         released = stamp == RELEASED_STAMP
+        seen_at = self._stamp_seen.get(key, (None, float("-inf")))[1]
         if self.lease_name is None:  # no leader election: never stamps, keeps away from live stamps
             if stamp is not None and not released:
-                lease = await asyncio.to_thread(self._judge, *stamp_lease)
+                lease = await asyncio.to_thread(self._judge, *stamp_lease, seen_at)
             decision = decide_unelected(stamp, lease)
         else:
             if assigned and stamp != me and not released and stamp_lease != (me.namespace, me.lease):
-                lease = await asyncio.to_thread(self._judge, *stamp_lease)
+                lease = await asyncio.to_thread(self._judge, *stamp_lease, seen_at)
             decision = decide(assigned, stamp, me, lease)
+        if decision is Ownership.CLAIM and stamp is None and self.lease_name is not None:
+            unstamped_for = self.clock() - seen_at
+            if defer_new_fleet(unstamped_for, self._other_operator_in(key[0]), self.lease_duration):
+                if self._waiting.get(key) != "new":
+                    logger.info(
+                        "shard %s: %s/%s is new and another operator holds fleets in its namespace: left to it "
+                        "for %.0f s",
+                        self._name,
+                        *key,
+                        self.lease_duration,
+                    )
+                    self._waiting[key] = "new"
+                self.queue.add(key, self.lease_duration - unstamped_for)
+                return False
+        if decision is not Ownership.WAIT:
+            self._stand_by(key, None)
         if decision is not Ownership.ACT and key in self.owned:
             self.owned.discard(key)
             OWNED.set(len(self.owned))
@@ -185,6 +220,9 @@ class ShardGate:
             if self._waiting.get(key) != said:
                 logger.info("shard %s: %s/%s waits: its owner's Lease %s", self._name, *key, said)
                 self._waiting[key] = said
+            self._stand_by(key, "/".join(stamp_lease))
+            if lease and lease.holder and not of_release(*stamp_lease, self.lease_namespace, self.base_lease):
+                self._announce(*stamp_lease, lease.holder)
             self.queue.add(key, self.retry_period)
             return False
         version = str(meta.get("resourceVersion", ""))
@@ -210,6 +248,47 @@ class ShardGate:
             self._forget(key, foreign=True)
         return False
 
+    def _stand_by(self, key: Key, lease: str | None) -> None:
+        """Count `key` as left to `lease`'s holder (None: no longer), keeping the gauge per Lease."""
+        before = self._standby.get(key)
+        if before == lease:
+            return
+        if lease is None:
+            del self._standby[key]
+        else:
+            self._standby[key] = lease
+        for changed in filter(None, (before, lease)):
+            count = sum(1 for held in self._standby.values() if held == changed)
+            if count:
+                STANDBY.labels(changed).set(count)
+            else:
+                STANDBY.remove(changed)
+                logger.info("shard %s: no fleet left to Lease %s any more", self._name, changed)
+
+    def _other_operator_in(self, namespace: str) -> bool:
+        """Whether this process leaves some fleet in `namespace` to a live Lease that is not its release's."""
+        return any(
+            key[0] == namespace and not of_release(*self._split(lease), self.lease_namespace, self.base_lease)
+            for key, lease in self._standby.items()
+        )
+
+    @staticmethod
+    def _split(lease: str) -> tuple[str, str]:
+        namespace, _, name = lease.partition("/")
+        return namespace, name
+
+    def _announce(self, namespace: str, lease: str, holder: str) -> None:
+        if (f"{namespace}/{lease}", holder) in self._announced:
+            return
+        self._announced.add((f"{namespace}/{lease}", holder))
+        logger.warning(
+            "another operator holds fleets here: Lease %s/%s held by %s; this process stands by for them "
+            "(specfleet_standby_fleets) and takes a fleet over only once that holder stopped",
+            namespace,
+            lease,
+            holder,
+        )
+
     @property
     def _name(self) -> str:
         return f"{self.shard.index}/{self.shard.count}"
@@ -219,11 +298,13 @@ class ShardGate:
         body = {"metadata": {"resourceVersion": version, "annotations": {OWNER_ANNOTATION: value}}}
         self.kube.merge_patch(API_VERSION, KIND, key[0], key[1], body)
 
-    def _judge(self, namespace: str, name: str) -> LeaseView:
-        """Another process's Lease, read at most once per retry period; judged at the time it was read."""
+    def _judge(self, namespace: str, name: str, not_before: float = float("-inf")) -> LeaseView:
+        """Another process's Lease, read at most once per retry period, but again when the last read began before
+        `not_before` (when the stamp being judged was first seen); judged at the time the read returned."""
         with self._lock:
-            read_at, record = self._reads.get((namespace, name), (float("-inf"), None))
-        if self.clock() - read_at >= self.retry_period:
+            began, read_at, record = self._reads.get((namespace, name), (float("-inf"), float("-inf"), None))
+        if self.clock() - read_at >= self.retry_period or began < not_before:
+            began = self.clock()
             lease = self.kube.read(LEASE_API_VERSION, "Lease", namespace, name)
             spec = (lease or {}).get("spec") or {}
             record = (
@@ -233,7 +314,7 @@ class ShardGate:
             )
             read_at = self.clock()
             with self._lock:
-                self._reads[namespace, name] = (read_at, record)
+                self._reads[namespace, name] = (began, read_at, record)
         with self._lock:
             return self._leases.judge(namespace, name, record, read_at)
 

@@ -1,4 +1,4 @@
-"""Operator behaviour the chart relies on: Lease leader election for replicaCount > 1, per-fleet gauges.
+"""Operator behaviour the chart relies on: Lease leader election (on by default), per-fleet gauges.
 
 The Lease is kept in a fake API (one object, resourceVersion preconditions like the API server's) and
 time is a fake clock, so expiry is tested without waiting for it.
@@ -6,6 +6,7 @@ time is a fake clock, so expiry is tested without waiting for it.
 
 import asyncio
 import copy
+import logging
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic.exceptions import ConflictError
 
 from specfleet.api.status import Phase
-from specfleet.controller.handlers import LEASE_API_VERSION, LeaderElection, Leadership
+from specfleet.controller.handlers import LEASE_API_VERSION, LeaderElection, Leadership, choose_election
 from specfleet.controller.metrics import CANARY_WEIGHT, ROLLOUT_PHASE, SPEEDUP, FleetCollector
 
 
@@ -89,6 +90,23 @@ def test_parse_takes_namespace_slash_name() -> None:
     for bad in ("sf-specfleet", "/x", "ops/", "a/b/c"):
         with pytest.raises(ValueError, match="NAMESPACE/NAME"):
             LeaderElection.parse(bad)
+
+
+@pytest.mark.parametrize(
+    ("flag", "namespaces", "pod_namespace", "lease"),
+    [
+        (None, ["team-b", "team-a"], "ops", ("team-a", "specfleet")),  # the same Lease whatever the flags' order
+        (None, [], "ops", ("ops", "specfleet")),  # cluster-wide in a pod: its own namespace
+        (None, [], None, ("default", "specfleet")),  # cluster-wide from a laptop
+        ("ops/sf-specfleet", ["team-a"], None, ("ops", "sf-specfleet")),
+    ],
+)
+def test_every_run_elects_unless_told_not_to(
+    flag: str | None, namespaces: list[str], pod_namespace: str | None, lease: tuple[str, str]
+) -> None:
+    election = choose_election(flag, namespaces, pod_namespace)
+    assert election is not None and (election.namespace, election.name) == lease
+    assert choose_election("off", namespaces, pod_namespace) is None
 
 
 def test_the_first_replica_creates_the_lease_and_the_second_sees_it_held() -> None:
@@ -215,6 +233,37 @@ def test_run_stops_at_once_when_another_replica_holds_the_lease() -> None:
         return workers.calls
 
     assert asyncio.run(scenario()) == ["start", "stop"]
+
+
+def test_a_replica_that_finds_the_lease_held_says_who_holds_it_once_per_holder(caplog: Any) -> None:
+    caplog.set_level(logging.INFO, "specfleet.handlers")
+
+    async def scenario() -> list[str]:
+        api, clock = FakeLeaseApi(), Clock()
+        leadership(api, "a", clock).try_hold()
+        reads, read = [0], api.read
+
+        def counted(*args: Any) -> Any:
+            reads[0] += 1
+            return read(*args)
+
+        async def looked(times: int) -> None:
+            while reads[0] < times:
+                await asyncio.sleep(0.001)
+
+        api.read = counted  # type: ignore[method-assign]
+        workers = Workers()
+        run = asyncio.create_task(leadership(api, "b", clock).run(workers.start, workers.stop))
+        await asyncio.wait_for(looked(20), timeout=5)
+        api.hold("c")  # another replica took over meanwhile
+        await asyncio.wait_for(looked(40), timeout=5)
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+        return workers.calls
+
+    assert asyncio.run(scenario()) == []
+    said = [r.getMessage().split(":")[0] for r in caplog.records if "stands by" in r.getMessage()]
+    assert said == ["lease ops/sf-specfleet held by a", "lease ops/sf-specfleet held by c"]
 
 
 def test_fleet_gauges_follow_the_store() -> None:

@@ -125,6 +125,7 @@ def test_args_come_from_values(helm: Path) -> None:
         "--namespace=team-a",
         "--namespace=team-b",
         "--prometheus-url=http://prometheus.monitoring:9090",
+        "--leader-election=ops/sf-specfleet",
         "--verbose",
         "--resync=60",
     ]
@@ -144,18 +145,18 @@ def test_cluster_wide_rbac_is_exactly_what_the_operator_uses(helm: Path) -> None
     assert role["rules"] == [*NAMESPACED_RULES, CRD_DISCOVERY, NODES_READ]  # pods: listed cluster-wide already
     binding = only(manifests, "ClusterRoleBinding")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "sf-specfleet", "namespace": "ops"}]
-    # namespaced: only the Lease reader in the release namespace (see test_one_replica_recreates_...)
-    assert [r["metadata"]["name"] for r in by_kind(manifests, "Role")] == ["sf-specfleet-lease-reader"]
-    assert [b["metadata"]["name"] for b in by_kind(manifests, "RoleBinding")] == ["sf-specfleet-lease-reader"]
+    # namespaced: only leader election's, in the release namespace (see test_every_replica_count_elects_...)
+    assert [r["metadata"]["name"] for r in by_kind(manifests, "Role")] == ["sf-specfleet-leader-election"]
+    assert [b["metadata"]["name"] for b in by_kind(manifests, "RoleBinding")] == ["sf-specfleet-leader-election"]
 
 
 def test_watch_namespaces_get_a_role_each_and_nothing_namespaced_cluster_wide(helm: Path) -> None:
     manifests = render(helm, "--set", "watchNamespaces={team-a,team-b}")
-    roles = [r for r in by_kind(manifests, "Role") if r["metadata"]["name"] != "sf-specfleet-lease-reader"]
+    roles = [r for r in by_kind(manifests, "Role") if r["metadata"]["name"] != "sf-specfleet-leader-election"]
     assert {r["metadata"]["namespace"] for r in roles} == {"team-a", "team-b"}
     assert all(r["rules"] == NAMESPACED_RULES for r in roles)
     bindings_here = [
-        b for b in by_kind(manifests, "RoleBinding") if b["metadata"]["name"] != "sf-specfleet-lease-reader"
+        b for b in by_kind(manifests, "RoleBinding") if b["metadata"]["name"] != "sf-specfleet-leader-election"
     ]
     assert {b["metadata"]["namespace"] for b in bindings_here} == {"team-a", "team-b"}
     cluster_roles = {r["metadata"]["name"]: r["rules"] for r in by_kind(manifests, "ClusterRole")}
@@ -209,23 +210,21 @@ def test_httproutes_only_when_gateway_api_routing_is_on(helm: Path) -> None:
     ]
 
 
-def test_one_replica_recreates_and_more_elect_a_leader_through_a_lease(helm: Path) -> None:
-    single = render(helm)
-    assert only(single, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
-    assert not any(a.startswith("--leader-election") for a in container(single)["args"])
-    # no Lease of its own, but it reads the ones fleets' stamps name (shards back to 1: docs/sharding.md)
-    reader = only(single, "Role")
-    assert reader["metadata"]["name"] == "sf-specfleet-lease-reader"
-    assert reader["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get"]}]
-    assert only(single, "RoleBinding")["roleRef"]["name"] == "sf-specfleet-lease-reader"
-
-    several = render(helm, "--set", "replicaCount=3")
-    assert only(several, "Deployment")["spec"]["replicas"] == 3
-    assert only(several, "Deployment")["spec"]["strategy"]["type"] == "RollingUpdate"
-    assert "--leader-election=ops/sf-specfleet" in container(several)["args"]
-    lease_role = only(several, "Role")
+@pytest.mark.parametrize("replicas", [1, 3])
+def test_every_replica_count_elects_its_writer_through_the_release_lease(helm: Path, replicas: int) -> None:
+    """One replica too: its stamps are what keep another install or a laptop run off its fleets, and an update's
+    new pod stands by until the old one released the Lease (so the update can roll, not recreate)."""
+    manifests = render(helm, "--set", f"replicaCount={replicas}")
+    assert only(manifests, "Deployment")["spec"]["replicas"] == replicas
+    assert only(manifests, "Deployment")["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
+    assert "--leader-election=ops/sf-specfleet" in container(manifests)["args"]
+    lease_role = only(manifests, "Role")
     assert lease_role["metadata"]["namespace"] == "ops"
     assert lease_role["rules"] == lease_rules(["sf-specfleet"])
+    assert only(manifests, "RoleBinding")["roleRef"]["name"] == "sf-specfleet-leader-election"
 
 
 def lease_rules(names: list[str]) -> list[Manifest]:

@@ -21,7 +21,7 @@ def test_help_documents_the_shard_flags() -> None:
 @pytest.mark.parametrize(
     ("args", "flag"),
     [
-        (["--shards", "2"], "--shards"),  # no leader election to give each shard its Lease
+        (["--shards", "2", "--leader-election", "off"], "--shards"),  # no election to give each shard its Lease
         (["--shards", "0"], "--shards"),
         (["--shards", "2", "--shard", "2", "--leader-election", "ops/specfleet"], "--shard"),
         (["--shard", "1"], "--shard"),

@@ -4,14 +4,17 @@ Lease is read at most once per retry period, and a fleet taken over after its ch
 listed before its first pass."""
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic.exceptions import ConflictError
+from prometheus_client import REGISTRY
 
 from specfleet.api.vocabulary import LABEL_NAME
 from specfleet.controller.handlers import Controller, OperatorOptions
+from specfleet.controller.metrics import STANDBY_FLEETS
 from specfleet.controller.queue import WorkQueue
 from specfleet.controller.shards import ShardGate
 from specfleet.controller.store import Key, Store
@@ -220,3 +223,91 @@ def test_a_controller_of_several_shards_without_leader_election_is_refused() -> 
     controller = Controller(FakeKube(), OperatorOptions(shard=Shard(1, 2)))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="leader election"):
         controller.registry()
+
+
+def standby(lease: str) -> float | None:
+    return REGISTRY.get_sample_value(STANDBY_FLEETS, {"lease": lease})
+
+
+def test_fleets_of_another_operator_are_left_to_it_counted_by_its_lease_and_said_once(caplog: Any) -> None:
+    """Another release's (or a laptop run's) live Lease holds two fleets: this process stands by for both, its gauge
+    says how many and whose, the warning comes once however often it looks again; a hand-over between its own
+    release's shards is counted but is no other operator. When the other operator stops, the fleets are taken and
+    the gauge goes."""
+    kube, clock = FakeKube(), Clock()
+    live = {"holderIdentity": "them", "renewTime": "t1", "leaseDurationSeconds": 15}
+    kube.leases["other-release"] = {"spec": dict(live)}
+    kube.leases["specfleet-shard-0-of-2"] = {"spec": dict(live)}
+    shards = gate(kube, Shard(0, 1), clock=clock)
+    for name in ("a", "b"):
+        shards.observe(fleet(name, "ops/other-release@them#1"), deleted=False)
+    shards.observe(fleet("c", "ops/specfleet-shard-0-of-2@them#1"), deleted=False)
+    for _ in range(3):
+        for name in ("a", "b", "c"):
+            assert not asyncio.run(shards.owns(("default", name)))
+        clock.now += 2
+        kube.leases["other-release"]["spec"]["renewTime"] = kube.leases["specfleet-shard-0-of-2"]["spec"][
+            "renewTime"
+        ] = f"t{clock.now}"
+    assert kube.patches == [] and shards.owned == set()
+    assert standby("ops/other-release") == 2.0 and standby("ops/specfleet-shard-0-of-2") == 1.0
+    said = [r for r in caplog.records if "another operator holds fleets here" in r.getMessage()]
+    assert [(r.levelname, r.getMessage().split(";")[0]) for r in said] == [
+        ("WARNING", "another operator holds fleets here: Lease ops/other-release held by them")
+    ]
+
+    kube.leases["other-release"]["spec"]["holderIdentity"] = None  # it stopped cleanly
+    for name in ("a", "b"):
+        assert not asyncio.run(shards.owns(("default", name)))  # claimed: stamped with this process's Lease
+    assert [Stamp.parse(body["metadata"]["annotations"][OWNER_ANNOTATION]) for _, body in kube.patches] == [
+        shards.me
+    ] * 2
+    assert standby("ops/other-release") is None and standby("ops/specfleet-shard-0-of-2") == 1.0
+    shards.end_term()  # a lost Lease: it stands by for nothing it could see any more
+    assert standby("ops/specfleet-shard-0-of-2") is None
+
+
+def test_a_stamp_newer_than_the_last_lease_read_is_judged_from_a_new_read() -> None:
+    """A holder that won the Lease after this process last read it, and stamped a fleet at once, is not taken for the
+    holder it replaced: the cached read predates the stamp, so the Lease is read again (and the fleet left alone)."""
+    kube, clock = FakeKube(), Clock()
+    kube.leases["other-release"] = {"spec": {"holderIdentity": "a", "renewTime": "t1", "leaseDurationSeconds": 15}}
+    shards = gate(kube, Shard(0, 1), clock=clock)
+    shards.observe(fleet("llama", "ops/other-release@a#1"), deleted=False)
+    assert not asyncio.run(shards.owns(("default", "llama")))  # a holds it: wait
+    clock.now += 14.5
+    assert not asyncio.run(shards.owns(("default", "llama")))  # read again: unchanged for 14.5 s, still a's
+    clock.now += 1  # b takes the expired Lease over and stamps the fleet before this process reads the Lease again
+    kube.leases["other-release"] = {"spec": {"holderIdentity": "b", "renewTime": "t2", "leaseDurationSeconds": 15}}
+    shards.observe(fleet("llama", "ops/other-release@b#1", version="8"), deleted=False)
+    assert not asyncio.run(shards.owns(("default", "llama")))
+    assert kube.patches == [] and kube.reads == ["other-release"] * 3
+
+
+def test_a_new_fleet_where_another_operator_holds_fleets_is_left_to_it_for_a_lease_duration(caplog: Any) -> None:
+    """The operator that was there first stamps a new fleet at once; this one, standing by for that operator's
+    fleets in the namespace, leaves the new one for a lease duration (then takes it, should nobody have: the other
+    may not watch it). Elsewhere, and where no other operator holds fleets, a new fleet is stamped at once."""
+    caplog.set_level(logging.INFO, "specfleet.shards")
+    kube, clock = FakeKube(), Clock()
+    kube.leases["other-release"] = {"spec": {"holderIdentity": "them", "renewTime": "t1", "leaseDurationSeconds": 15}}
+    shards = gate(kube, Shard(0, 1), clock=clock)
+    shards.observe(fleet("held", "ops/other-release@them#1"), deleted=False)
+    assert not asyncio.run(shards.owns(("default", "held")))
+    elsewhere = fleet("elsewhere")
+    elsewhere["metadata"]["namespace"] = "team-b"
+    for new in (fleet("new"), elsewhere):
+        shards.observe(new, deleted=False)
+    assert not asyncio.run(shards.owns(("default", "new")))
+    assert not asyncio.run(shards.owns(("team-b", "elsewhere")))
+    assert [key for key, _ in kube.patches] == [("team-b", "elsewhere")]  # stamped at once: nobody else's namespace
+    clock.now += 14
+    kube.leases["other-release"]["spec"]["renewTime"] = "t2"
+    assert not asyncio.run(shards.owns(("default", "new")))
+    clock.now += 1  # nobody stamped it within a lease duration
+    assert not asyncio.run(shards.owns(("default", "new")))
+    assert [key for key, _ in kube.patches] == [("team-b", "elsewhere"), ("default", "new")]
+    said = [r.getMessage() for r in caplog.records if "is new and another operator" in r.getMessage()]
+    assert said == [
+        "shard 0/1: default/new is new and another operator holds fleets in its namespace: left to it for 15 s"
+    ]

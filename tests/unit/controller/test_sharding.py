@@ -16,8 +16,10 @@ from specfleet.sharding import (
     assign,
     decide,
     decide_unelected,
+    defer_new_fleet,
     hash_shard,
     interested,
+    of_release,
     stable_hash,
 )
 
@@ -186,3 +188,34 @@ def test_a_process_without_leader_election_keeps_away_from_live_stamps(
     stamp: Stamp | None, lease: LeaseView | None, expected: Ownership
 ) -> None:
     assert decide_unelected(stamp, lease) is expected
+
+
+@pytest.mark.parametrize(
+    ("namespace", "lease", "mine"),
+    [
+        ("ops", "sf-specfleet", True),  # the release's unsharded Lease
+        ("ops", "sf-specfleet-shard-2-of-3", True),  # one of its shards, of any shard count
+        ("ops", "sf-specfleet-canary", False),  # another release whose name starts alike
+        ("ops", "other-specfleet", False),  # another release in the same namespace
+        ("team-a", "sf-specfleet", False),  # a laptop run electing in the watched namespace
+    ],
+)
+def test_a_lease_is_this_releases_only_when_it_is_its_base_or_a_shard_of_it(
+    namespace: str, lease: str, mine: bool
+) -> None:
+    assert of_release(namespace, lease, "ops", "sf-specfleet") is mine
+
+
+@pytest.mark.parametrize(
+    ("unstamped_for", "other_operator_here", "deferred"),
+    [
+        (0.0, True, True),  # the operator that was there first gets its chance to stamp it
+        (14.9, True, True),
+        (15.0, True, False),  # nobody did: taken, so no fleet goes without a writer
+        (0.0, False, False),  # nobody else here: stamped at once
+    ],
+)
+def test_a_new_fleet_is_left_to_another_operator_only_where_it_holds_fleets_and_only_for_a_lease_duration(
+    unstamped_for: float, other_operator_here: bool, deferred: bool
+) -> None:
+    assert defer_new_fleet(unstamped_for, other_operator_here, 15.0) is deferred
