@@ -43,6 +43,15 @@ def run(
         str | None,
         typer.Option(help="Prometheus that scrapes the vLLM pods, for objects whose spec names none."),
     ] = None,
+    allow_prometheus_url: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="URL",
+            help="A prefix (scheme://host:port/path) that a spec's prometheus.url may be under (repeatable). "
+            "By default only --prometheus-url is: a spec naming another URL gets an Error verdict, no request "
+            "and no token. See docs/install.md.",
+        ),
+    ] = None,
     pod_url_template: Annotated[
         str,
         typer.Option(
@@ -84,6 +93,12 @@ def run(
         election = LeaderElection.parse(leader_election) if leader_election else None
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--leader-election") from error
+    from specfleet.reach import UrlRefusedError, prometheus_allow_list
+
+    try:
+        prometheus_allow_list(prometheus_url, allow_prometheus_url or ())
+    except UrlRefusedError as error:
+        raise typer.BadParameter(str(error), param_hint="--allow-prometheus-url") from error
     if shard >= shards:
         raise typer.BadParameter(f"must be below --shards ({shards}), got {shard}", param_hint="--shard")
     if shards > 1 and election is None:
@@ -97,6 +112,7 @@ def run(
         resync_seconds=resync,
         metrics_port=metrics_port,
         prometheus_url=prometheus_url,
+        allowed_prometheus_urls=tuple(allow_prometheus_url or ()),
         pod_url_template=pod_url_template,
         leader_election=election,
         shard=Shard(shard, shards),

@@ -18,6 +18,7 @@ from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.spec import SpeculativeDeploymentSpec, SpeculativeMethod, SpeculativeSpec
 from specfleet.api.vocabulary import (
     ALWAYS_SERVED,
+    ANNOTATION_HTTP_ROUTE,
     API_VERSION,
     FIELD_MANAGER,
     KIND,
@@ -290,23 +291,26 @@ def service(
     *,
     canary_traffic: bool = True,
     holdback_traffic: bool = False,
+    route: str | None = None,
 ) -> Manifest:
     """The fleet's Service, or one track's (for route weights).
 
     The fleet Service splits traffic by Ready replicas across every track; without canary traffic it
     selects the stable track alone (with `holdback_traffic`, the pods labelled always-served: stable's and
-    the holdback's), which is how an abort takes traffic away before the canary goes.
+    the holdback's), which is how an abort takes traffic away before the canary goes. A track's Service
+    names the HTTPRoute (`route`, namespace/name) it was made for in an annotation.
     """
     selector = selector_labels(sdep, track)
     if track is None and not canary_traffic:
         always = {**selector_labels(sdep), LABEL_TRAFFIC: ALWAYS_SERVED}
         selector = always if holdback_traffic else selector_labels(sdep, Track.STABLE)
+    metadata = child_metadata(sdep, child_name(sdep, track), {**_common_labels(sdep), **selector_labels(sdep, track)})
+    if route is not None:
+        metadata["annotations"] = {ANNOTATION_HTTP_ROUTE: route}
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": child_metadata(
-            sdep, child_name(sdep, track), {**_common_labels(sdep), **selector_labels(sdep, track)}
-        ),
+        "metadata": metadata,
         "spec": {
             "type": "ClusterIP",
             "selector": selector,
