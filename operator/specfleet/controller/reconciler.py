@@ -69,7 +69,7 @@ logger = logging.getLogger("specfleet.reconciler")
 
 HTTPROUTE_API_VERSION = "gateway.networking.k8s.io/v1"
 REFERENCEGRANT_API_VERSIONS = ("gateway.networking.k8s.io/v1", "gateway.networking.k8s.io/v1beta1")
-"""v1 first; Gateway API releases before v1.5 serve ReferenceGrant as v1beta1 only."""
+"""v1 first; older Gateway API releases serve ReferenceGrant as v1beta1 only."""
 RESYNC_SECONDS = 300.0
 """Look at every object at least this often, even when no watch event arrives."""
 ERROR_BACKOFF_SECONDS = 5.0
@@ -203,6 +203,7 @@ class Reconciler:
             self._refused.pop(key, None)
             self._written_over.pop(key, None)
             self._expected.pop(key, None)
+            self._still_routed_said.pop(key, None)
             self.queue.forget(key)
             return None  # children go with their owner references; no finalizer needed
         if self.owns is not None and not await self.owns(key):
@@ -272,10 +273,7 @@ class Reconciler:
         status, now, due = decision.status, observation.now, decision.candidate_analyses_due
         try:
             provider = await self._blocking(self._provider, sdep, url)
-        except (
-            SecretError,
-            UrlNotAllowedError,
-        ) as error:  # an Error verdict: onProviderError applies, not a retry loop
+        except (SecretError, UrlNotAllowedError) as error:  # an Error verdict: onProviderError applies, no retries
             analysis = _error(status, now, _unasked(error)) if decision.analysis_due else None
             slices = {i: _error(status, now, _unasked(error), i) for i in due}
             return replace(observation, analysis=analysis, candidate_analyses=slices)
@@ -484,6 +482,8 @@ class Reconciler:
             if ("Service", name) in keep or not route or not controlled_by(observed, sdep.metadata.uid):
                 continue
             namespace, _, route_name = str(route).partition("/")
+            if not namespace or not route_name:  # not an annotation this operator wrote: no route recorded
+                continue
             try:
                 found = self.kube.read(HTTPROUTE_API_VERSION, "HTTPRoute", namespace, route_name)
                 why = (
@@ -608,7 +608,7 @@ class Reconciler:
             )
             return
         rules = route.get("spec", {}).get("rules") or []
-        wanted = route_rules(sdep, rules, weight, holdback_weight)
+        wanted = route_rules(sdep, rules, weight, holdback_weight, route_namespace=namespace)
         if wanted != rules:
             body = {"metadata": {"resourceVersion": route["metadata"]["resourceVersion"]}, "spec": {"rules": wanted}}
             self.kube.merge_patch(HTTPROUTE_API_VERSION, "HTTPRoute", namespace, ref.name, body)
