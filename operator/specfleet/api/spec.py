@@ -773,7 +773,9 @@ class HTTPRouteRef(ApiModel):
     name: ObjectName
     """The HTTPRoute's name."""
     namespace: ObjectName | None = None
-    """Defaults to the SpeculativeDeployment's namespace."""
+    """Defaults to the SpeculativeDeployment's namespace. A route in another namespace is written only when a
+    ReferenceGrant there lets SpeculativeDeployments of this namespace refer to HTTPRoutes (all, or this one);
+    until then the fleet is held (SpecValid False)."""
 
 
 class TrafficRouting(ApiModel):
