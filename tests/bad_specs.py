@@ -507,6 +507,34 @@ BAD_SPECS: list[BadSpec] = [
         "should match",
     ),
     BadSpec(
+        "prometheus-userinfo",
+        spec(prometheus={"url": "http://prometheus.monitoring.svc@evil.example:9090"}),
+        "spec.prometheus.url",
+        "no userinfo",
+        "no userinfo",
+    ),
+    BadSpec(
+        "prometheus-credentials",
+        spec(prometheus={"url": "http://user:password@prometheus.monitoring.svc:9090"}),
+        "spec.prometheus.url",
+        "no userinfo",
+        "no userinfo",
+    ),
+    BadSpec(
+        "prometheus-fragment",
+        spec(prometheus={"url": "http://prometheus.monitoring.svc:9090/#@evil.example"}),
+        "spec.prometheus.url",
+        "no userinfo",
+        "no userinfo",
+    ),
+    BadSpec(
+        "prometheus-query",
+        spec(prometheus={"url": "http://prometheus.monitoring.svc:9090/?token=abc"}),
+        "spec.prometheus.url",
+        "no userinfo",
+        "no userinfo",
+    ),
+    BadSpec(
         "batch-schedule-overlaps",
         speculative(
             numSpeculativeTokensPerBatchSize=[

@@ -1,12 +1,13 @@
 """Helpers for integration tests that run the operator: process wrappers (the operator, the vLLM fleet
 simulator), API shortcuts, manifests and the canary scenario the analysis tests share."""
 
+import contextlib
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -70,6 +71,16 @@ class Operator:
                 self.process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+@contextlib.contextmanager
+def running(operator: Operator) -> Iterator[Operator]:
+    """`operator` started, and stopped on the way out."""
+    operator.start()
+    try:
+        yield operator
+    finally:
+        operator.stop()
 
 
 class Fleet:

@@ -34,6 +34,7 @@ from fleetkit import (
     Simulator,
     canaried,
     promotion_of,
+    running,
     sdep,
     start_canary,
     wait_for,
@@ -109,7 +110,9 @@ def test_tokens_never_leave_their_secrets(
     prometheus = {"url": dev_cluster.prometheus_url, "authSecret": {"name": "prom-token", "key": "token"}}
     bad = {**EAGLE3_K5, "model": "bad/EAGLE3-drafter"}
     logs = [tmp_path / "operator-json.log", tmp_path / "operator-human.log"]
-    operator = Operator(dev_cluster, fleet.namespace, logs[0], extra=("--log-format", "json"))
+    # the spec names the operator's own Prometheus: its allow-list admits it, so the token is sent there
+    url = dev_cluster.prometheus_url
+    operator = Operator(dev_cluster, fleet.namespace, logs[0], url, extra=("--log-format", "json"))
     operator.start()
     try:
         fleet.apply(
@@ -128,7 +131,7 @@ def test_tokens_never_leave_their_secrets(
         wait_for("the JSON operator to log the rollback", lambda: logged_rollback(logs[0]), timeout=60)
     finally:
         operator.stop()
-    operator = Operator(dev_cluster, fleet.namespace, logs[1], extra=("--verbose",))
+    operator = Operator(dev_cluster, fleet.namespace, logs[1], url, extra=("--verbose",))
     operator.start()
     try:
         fleet.patch_spec("llama", {"speculative": {**bad, "numSpeculativeTokens": 3}})
@@ -271,9 +274,14 @@ def test_a_drafter_that_turns_bad_after_the_first_step_is_caught(
 
 
 def test_prometheus_going_away_holds_the_rollout_then_follows_the_policy(
-    operator: Operator, simulator: Simulator, fleet: Fleet, dev_cluster: ClusterInfo, tmp_path: Path
+    crd_installed: None, simulator: Simulator, fleet: Fleet, dev_cluster: ClusterInfo, tmp_path: Path
 ) -> None:
-    with PrivatePrometheus(dev_cluster.file_sd_dir, tmp_path) as prometheus:
+    log = tmp_path / "operator.log"
+    with (
+        PrivatePrometheus(dev_cluster.file_sd_dir, tmp_path) as prometheus,
+        # the spec names a Prometheus of the test's own: the operator asks it once its allow-list admits it
+        running(Operator(dev_cluster, fleet.namespace, log, extra=("--allow-prometheus-url", prometheus.url))),
+    ):
         # a pause no run outlasts: the Pass must not end the step (a Pass after a 5m pause promoted at once)
         rollout = {**ROLLOUT, "steps": [{"weight": 50, "pause": {"duration": "1h"}}]}
         fleet.apply(sdep(rollout=rollout, prometheus={"url": prometheus.url}))

@@ -125,5 +125,10 @@ output equivalence) and HTTPRoutes only when a value turns them on.
 - apiGroups: [gateway.networking.k8s.io]
   resources: [httproutes]
   verbs: [get, patch]
+# A route in another namespace is written only when a ReferenceGrant there consents (docs/install.md): listed
+# when such a fleet is reconciled, never written.
+- apiGroups: [gateway.networking.k8s.io]
+  resources: [referencegrants]
+  verbs: [list]
 {{- end }}
 {{- end -}}

@@ -773,7 +773,9 @@ class HTTPRouteRef(ApiModel):
     name: ObjectName
     """The HTTPRoute's name."""
     namespace: ObjectName | None = None
-    """Defaults to the SpeculativeDeployment's namespace."""
+    """Defaults to the SpeculativeDeployment's namespace. A route in another namespace is written only when a
+    ReferenceGrant there lets SpeculativeDeployments of this namespace refer to HTTPRoutes (all, or this one);
+    until then the fleet is held (SpecValid False)."""
 
 
 class TrafficRouting(ApiModel):
@@ -838,9 +840,21 @@ class PrometheusSpec(ApiModel):
     """The Prometheus that scrapes the vLLM pods; without it the operator's default is used."""
 
     url: Annotated[str, Field(max_length=2048, pattern=r"^https?://[^\s]+$")] | None = None
-    """Base URL, e.g. `http://prometheus-operated.monitoring:9090`."""
+    """Base URL, e.g. `http://prometheus-operated.monitoring:9090`, without userinfo, query or fragment. The
+    operator asks it only when it is under the operator's allow-list (its own `--prometheus-url` and each
+    `--allow-prometheus-url`); otherwise the canary's analyses are Error verdicts and nothing is sent."""
     auth_secret: SecretKeyRef | None = None
-    """Secret holding a bearer token for Prometheus."""
+    """Secret holding a bearer token for Prometheus, sent only to a URL the allow-list admits."""
+
+    rules = (
+        Rule(
+            cel="!has(self.url) || !(self.url.contains('@') || self.url.contains('?') || self.url.contains('#'))",
+            message="prometheus.url takes a plain base URL, with no userinfo (user:password@), query (?) or "
+            "fragment (#): a token goes in prometheus.authSecret",
+            field_path=".url",
+            holds=lambda p: p.url is None or not any(c in p.url for c in "@?#"),
+        ),
+    )
 
 
 class SpeculativeDeploymentSpec(ApiModel):

@@ -29,6 +29,10 @@ LABEL_PREFLIGHT = "specfleet.io/preflight"
 """On a preflight Job and its pods: the fleet it checks for (not `specfleet.io/name`, which the fleet's Service
 selects on)."""
 FIELD_MANAGER = "specfleet"
+ANNOTATION_HTTP_ROUTE = "specfleet.io/http-route"
+"""On a track's Service (`<name>-stable`, `-canary`, `-holdback`): the HTTPRoute (namespace/name) it was made for,
+so that once `trafficRouting` is removed the operator can still ask that route whether it sends to the Service
+before deleting it."""
 COMMAND_PREFIX = "specfleet.io/"
 PROMOTE_FULL = "full"
 """`specfleet.io/promote: full` skips the remaining steps."""

@@ -52,6 +52,15 @@ def run(
             "canary waits (Error analyses, onProviderError) unless its spec says rollout.unguarded: true."
         ),
     ] = None,
+    allow_prometheus_url: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="URL",
+            help="A prefix (scheme://host:port/path) that a spec's prometheus.url may be under (repeatable). "
+            "By default only --prometheus-url is: a spec naming another URL gets an Error verdict, no request "
+            "and no token. See docs/install.md.",
+        ),
+    ] = None,
     pod_url_template: Annotated[
         str,
         typer.Option(
@@ -102,6 +111,12 @@ def run(
         election = choose_election(leader_election, namespace or [], _pod_namespace())
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--leader-election") from error
+    from specfleet.reach import UrlRefusedError, prometheus_allow_list
+
+    try:
+        prometheus_allow_list(prometheus_url, allow_prometheus_url or ())
+    except UrlRefusedError as error:
+        raise typer.BadParameter(str(error), param_hint="--allow-prometheus-url") from error
     if shard >= shards:
         raise typer.BadParameter(f"must be below --shards ({shards}), got {shard}", param_hint="--shard")
     if shards > 1 and election is None:
@@ -116,6 +131,7 @@ def run(
         resync_seconds=resync,
         metrics_port=metrics_port,
         prometheus_url=prometheus_url,
+        allowed_prometheus_urls=tuple(allow_prometheus_url or ()),
         pod_url_template=pod_url_template,
         leader_election=election,
         shard=Shard(shard, shards),

@@ -220,6 +220,8 @@ class OperatorOptions:
     resync_seconds: float = 300.0
     metrics_port: int | None = None
     prometheus_url: str | None = None
+    allowed_prometheus_urls: tuple[str, ...] = ()
+    """`--allow-prometheus-url`: prefixes a spec's `prometheus.url` may be under, beside `prometheus_url`."""
     pod_url_template: str = DEFAULT_POD_URL_TEMPLATE
     leader_election: LeaderElection | None = None
     """None (`--leader-election off`): this process takes itself for the only one and reconciles from the start.
@@ -268,6 +270,7 @@ class Controller:
             self.queue,
             resync_seconds=self.options.resync_seconds,
             default_prometheus_url=self.options.prometheus_url,
+            allowed_prometheus_urls=self.options.allowed_prometheus_urls,
             pod_url_template=self.options.pod_url_template,
             template_policy=self.options.template_policy,
             threads=ThreadPoolExecutor(self.options.workers, thread_name_prefix="specfleet-reconcile"),

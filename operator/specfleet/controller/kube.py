@@ -175,6 +175,13 @@ class Kube:
         items = json.loads(response.data).get("items")
         return [item for item in items or [] if isinstance(item, dict)]
 
+    def list_in(self, api_version: str, kind: str, namespace: str) -> list[dict[str, Any]]:
+        """Every object of one kind in one namespace, as plain JSON (the ReferenceGrants of a route's namespace)."""
+        API_REQUESTS.labels("list", kind).inc()
+        response = self._resource(api_version, kind).get(namespace=namespace, serialize=False)
+        items = json.loads(response.data).get("items")
+        return [item for item in items or [] if isinstance(item, dict)]
+
     def _list(self, api_version: str, kind: str, field_selector: str | None = None) -> list[dict[str, Any]]:
         """A cluster-wide list, read as plain JSON (camelCase dicts, as `read` returns): no ResourceInstance
         wrapping of every field of every object, which on a large cluster costs more than the request."""

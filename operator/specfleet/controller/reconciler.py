@@ -21,12 +21,28 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from kubernetes.dynamic.exceptions import ApiException, ConflictError, ForbiddenError, UnprocessibleEntityError
+from kubernetes.dynamic.exceptions import (
+    ApiException,
+    ConflictError,
+    ForbiddenError,
+    ResourceNotFoundError,
+    UnprocessibleEntityError,
+)
 from urllib3.exceptions import HTTPError
 
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.status import Analysis, ConditionStatus, SpeculativeDeploymentStatus, Verdict
-from specfleet.api.vocabulary import API_VERSION, KIND, LABEL_TRACK, LABEL_TRAFFIC, SINGLE_TRACKS, ConditionType, Track
+from specfleet.api.vocabulary import (
+    ANNOTATION_HTTP_ROUTE,
+    API_VERSION,
+    GROUP,
+    KIND,
+    LABEL_TRACK,
+    LABEL_TRAFFIC,
+    SINGLE_TRACKS,
+    ConditionType,
+    Track,
+)
 from specfleet.capacity import room
 from specfleet.controller.analysis import analyze, analyze_candidate, measure_fleet
 from specfleet.controller.kube import Kube, SecretError
@@ -38,6 +54,15 @@ from specfleet.metrics.prometheus import Prometheus
 from specfleet.observation import controlled_by, observe, parse
 from specfleet.patches import contains, merge_patch, stamped
 from specfleet.preflight.job import preflight_job
+from specfleet.reach import (
+    GATEWAY_GROUP,
+    ROUTE_NAMESPACE_FIELD,
+    UrlPrefix,
+    grants_route,
+    prometheus_allow_list,
+    prometheus_refusal,
+    references_service,
+)
 from specfleet.render.manifests import Manifest, child_name, deployment, fleet_selector, route_rules, service
 from specfleet.render.policy import DEFAULT_POLICY, TemplatePolicy
 from specfleet.rollout import Decision, FleetLook, Observation, TrackTarget, decide
@@ -46,6 +71,8 @@ from specfleet.rollout.types import NO_PROMETHEUS, GpuRequest, GpuRoom, set_cond
 logger = logging.getLogger("specfleet.reconciler")
 
 HTTPROUTE_API_VERSION = "gateway.networking.k8s.io/v1"
+REFERENCEGRANT_API_VERSIONS = ("gateway.networking.k8s.io/v1", "gateway.networking.k8s.io/v1beta1")
+"""v1 first; older Gateway API releases serve ReferenceGrant as v1beta1 only."""
 RESYNC_SECONDS = 300.0
 """Look at every object at least this often, even when no watch event arrives."""
 ERROR_BACKOFF_SECONDS = 5.0
@@ -75,6 +102,9 @@ class Reconciler:
     resync_seconds: float = RESYNC_SECONDS
     default_prometheus_url: str | None = None
     """`specfleet run --prometheus-url`: used for objects whose spec names no Prometheus."""
+    allowed_prometheus_urls: tuple[str, ...] = ()
+    """`specfleet run --allow-prometheus-url`: prefixes a spec's own `prometheus.url` may be under, beside
+    `default_prometheus_url` (see `reach.prometheus_allow_list`). A URL under none is never asked."""
     pod_url_template: str = DEFAULT_POD_URL_TEMPLATE
     """`specfleet run --pod-url-template`: how the operator reaches a pod (output equivalence's requests)."""
     template_policy: TemplatePolicy = DEFAULT_POLICY
@@ -106,11 +136,24 @@ class Reconciler:
         default_factory=lambda: FailureBackoff(ERROR_BACKOFF_SECONDS, ERROR_BACKOFF_CAP_SECONDS)
     )
     """Per object: how long a reconcile that keeps failing waits before the next try."""
+    _allowed: tuple[UrlPrefix, ...] = ()
+    _still_routed_said: dict[Key, set[str]] = field(default_factory=dict)
+    """The Services kept for a route that still sends to them, per object, that an event has told of."""
+
+    def __post_init__(self) -> None:
+        self._allowed = prometheus_allow_list(self.default_prometheus_url, self.allowed_prometheus_urls)
 
     def _prometheus_url(self, sdep: SpeculativeDeployment) -> str | None:
         return sdep.spec.prometheus.url or self.default_prometheus_url
 
     def _provider(self, sdep: SpeculativeDeployment, url: str) -> Prometheus:
+        """The client for `url`, with the spec's token. A URL the spec names is checked against the allow-list
+        before anything else, so a tenant cannot make the operator read its Secret and send the token to a host
+        of the tenant's choosing (or probe one from inside the cluster)."""
+        if sdep.spec.prometheus.url is not None:
+            refused = prometheus_refusal(url, self._allowed)
+            if refused is not None:
+                raise UrlNotAllowedError(refused)
         secret = sdep.spec.prometheus.auth_secret
         token = self.kube.read_secret(sdep.metadata.namespace, secret.name, secret.key) if secret else None
         if (url, token) not in self._providers:
@@ -209,6 +252,7 @@ class Reconciler:
             self._refused.pop(key, None)
             self._written_over.pop(key, None)
             self._expected.pop(key, None)
+            self._still_routed_said.pop(key, None)
             self.queue.forget(key)
             return None  # children go with their owner references; no finalizer needed
         if self.owns is not None and not await self.owns(key):
@@ -232,6 +276,7 @@ class Reconciler:
         pods = self.store.children("Pod", key).values()
         url = self._prometheus_url(sdep)
         routed = await self._blocking(self._routed, sdep)
+        unconsented = await self._blocking(self._route_unconsented, sdep) if routed else None
         observation = observe(
             sdep,
             deployments,
@@ -247,6 +292,8 @@ class Reconciler:
         if self._conflicts.get(key):
             names = ", ".join(sorted(self._conflicts[key]))
             observation = _with_problem(observation, f"objects not created by specfleet already use the names {names}")
+        if unconsented is not None:  # hold everything, the route above all: the operator may not write it
+            observation = _with_problem(observation, unconsented)
         refused = self._refused.get(key)
         if refused is not None and refused[0] == sdep.metadata.generation:
             observation = _with_problem(observation, refused[1])
@@ -285,8 +332,8 @@ class Reconciler:
             return unanswered(NO_PROMETHEUS)
         try:
             provider = await self._blocking(self._provider, sdep, url)
-        except SecretError as error:  # an Error verdict: onProviderError applies, not a retry loop
-            return unanswered(f"Prometheus auth: {error}")
+        except (SecretError, UrlNotAllowedError) as error:  # an Error verdict: onProviderError applies, no retries
+            return unanswered(_unasked(error))
         analysis = None
         try:
             if decision.analysis_due:
@@ -338,8 +385,8 @@ class Reconciler:
         assert status.stable_revision is not None
         try:
             provider = await self._blocking(self._provider, sdep, url)
-        except SecretError as error:
-            return FleetLook(time=now, revision=status.stable_revision, error=f"Prometheus auth: {error}")
+        except (SecretError, UrlNotAllowedError) as error:
+            return FleetLook(time=now, revision=status.stable_revision, error=_unasked(error))
         return await self._blocking(measure_fleet, provider, sdep, status, now)
 
     def _awaiting_created_children(self, key: Key) -> bool:
@@ -384,7 +431,7 @@ class Reconciler:
             self._ensure_children(key, sdep, wanted, children, applied)
             self._scale_retiring_canary(key, sdep, decision, children)
             self._set_canary_route_weights(sdep, decision)
-            self._prune_children(key, sdep, decision, wanted, children)
+            self._prune_children(key, body, sdep, decision, wanted, children)
             self._reconcile_preflight(key, sdep, decision.preflight, children.get("Job", {}))
         self._post_events(key, body, decision)
         self._remove_done_commands(key, decision, version)
@@ -461,6 +508,7 @@ class Reconciler:
     def _prune_children(
         self,
         key: Key,
+        body: dict[str, Any],
         sdep: SpeculativeDeployment,
         decision: Decision,
         wanted: list[Manifest],
@@ -469,7 +517,8 @@ class Reconciler:
         """After the wanted children and the route, so nothing is deleted before what replaces it exists:
         delete the Deployments and Services the decision no longer wants. A draining canary the decision
         keeps stays, and so do a canary and ended slices the fleet Service, as last observed, may still send
-        to (see `_canary_still_selected`)."""
+        to (see `_canary_still_selected`), and a track's Service that its HTTPRoute still sends to (see
+        `_still_routed`)."""
         keep = {(m["kind"], m["metadata"]["name"]) for m in wanted}
         still_selected = self._canary_still_selected(sdep, children)
         if decision.keep_canary or still_selected:
@@ -477,7 +526,44 @@ class Reconciler:
         if still_selected and not decision.candidates:  # the slices ended: they go once the Service left them
             prefix = f"{child_name(sdep, Track.CANDIDATE)}-"
             keep |= {("Deployment", name) for name in children.get("Deployment", {}) if name.startswith(prefix)}
+        keep |= self._still_routed(key, body, sdep, keep, children.get("Service", {}))
         self._delete_unwanted(key, sdep, keep, children)
+
+    def _still_routed(
+        self, key: Key, body: dict[str, Any], sdep: SpeculativeDeployment, keep: set[tuple[str, str]],
+        services: dict[str, Any],
+    ) -> set[tuple[str, str]]:  # fmt: skip
+        """The track Services about to be deleted that the HTTPRoute they were made for (their annotation) still
+        sends to, or that cannot be asked: deleting one would break the route (`trafficRouting` removed while the
+        route still names `<name>-stable`), so it stays, with one Warning event, until the route leaves it."""
+        kept: set[tuple[str, str]] = set()
+        said = self._still_routed_said.setdefault(key, set())
+        for name, observed in services.items():
+            route = ((observed.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_HTTP_ROUTE)
+            if ("Service", name) in keep or not route or not controlled_by(observed, sdep.metadata.uid):
+                continue
+            namespace, _, route_name = str(route).partition("/")
+            if not namespace or not route_name:  # not an annotation this operator wrote: no route recorded
+                continue
+            try:
+                found = self.kube.read(HTTPROUTE_API_VERSION, "HTTPRoute", namespace, route_name)
+                why = (
+                    f"HTTPRoute {route} still sends to it" if found and references_service(found, key[0], name) else ""
+                )
+            except ResourceNotFoundError:  # no HTTPRoute kind served any more: no route can send to it
+                why = ""
+            except (ApiException, HTTPError, OSError) as error:  # fail closed: a Service is not deleted blind
+                why = f"HTTPRoute {route} could not be read ({_said(error)})"
+            if not why:
+                said.discard(name)
+                continue
+            kept.add(("Service", name))
+            if name not in said:
+                said.add(name)
+                message = f"Service {name} kept: {why}; it is deleted once no route sends to it"
+                logger.warning("%s/%s: %s", *key, message)
+                self.kube.post_event(body, "Warning", "ServiceStillRouted", message)
+        return kept
 
     def _post_events(self, key: Key, body: dict[str, Any], decision: Decision) -> None:
         """After the writes: an event (and its log line) tells of a decision that was applied, never of one
@@ -509,6 +595,39 @@ class Reconciler:
         narrowed = LABEL_TRACK in selector or LABEL_TRAFFIC in selector  # stable (and the holdback) alone
         return observed is not None and not narrowed and not self._routed(sdep)
 
+    def _route_unconsented(self, sdep: SpeculativeDeployment) -> str | None:
+        """Why the fleet's HTTPRoute, in another namespace, may not be written (None: it may). The route's
+        namespace consents with a Gateway API ReferenceGrant from SpeculativeDeployments of the fleet's namespace
+        to HTTPRoutes (all, or this one by name), as a route's namespace grants a reference to a Service in
+        another. Without one nothing is written there: a tenant's fleet cannot steer another tenant's traffic
+        with the operator's permissions. A missing kind or permission holds the fleet too, saying which."""
+        routing = sdep.spec.rollout.traffic_routing
+        ref = routing.http_route if routing is not None else None
+        namespace = sdep.metadata.namespace
+        if ref is None or ref.namespace in (None, namespace):
+            return None
+        wanted = (
+            f"a ReferenceGrant in {ref.namespace} from {GROUP}/{KIND} in {namespace} to {GATEWAY_GROUP}/HTTPRoute "
+            f"(all, or named {ref.name})"
+        )
+        untouched = f"HTTPRoute {ref.namespace}/{ref.name} is left untouched until it is there"
+        api_version = next((v for v in REFERENCEGRANT_API_VERSIONS if self.kube.has_kind(v, "ReferenceGrant")), None)
+        if api_version is None:
+            return (
+                f"{ROUTE_NAMESPACE_FIELD}: another namespace needs {wanted}, and the API server serves no "
+                f"ReferenceGrant kind (install Gateway API's CRDs); {untouched}"
+            )
+        try:
+            grants = self.kube.list_in(api_version, "ReferenceGrant", ref.namespace)
+        except ForbiddenError:
+            return (
+                f"{ROUTE_NAMESPACE_FIELD}: another namespace needs {wanted}, and the operator may not list "
+                f"ReferenceGrants in {ref.namespace} (the chart's gatewayAPI.enabled); {untouched}"
+            )
+        if grants_route(grants, namespace, ref.name):
+            return None
+        return f"{ROUTE_NAMESPACE_FIELD}: namespace {ref.namespace} has not consented: it needs {wanted}; {untouched}"
+
     def _routed(self, sdep: SpeculativeDeployment) -> bool:
         """Whether traffic is split by an HTTPRoute (named in the spec, and its CRD installed)."""
         routing = sdep.spec.rollout.traffic_routing
@@ -524,11 +643,17 @@ class Reconciler:
                 always = track is Track.HOLDBACK or (track is Track.STABLE and decision.holdback is not None)
                 children.append(deployment(serving, track, target.revision, target.replicas, always_served=always))
                 if routed:
-                    children.append(service(sdep, track))
+                    children.append(service(sdep, track, route=self._route_name(sdep)))
         for index, target in decision.candidates:
             serving = sdep.model_copy(update={"spec": sdep.spec.with_serving(target.serving)})
             children.append(deployment(serving, Track.CANDIDATE, target.revision, target.replicas, candidate=index))
         return children
+
+    def _route_name(self, sdep: SpeculativeDeployment) -> str | None:
+        """The fleet's HTTPRoute as namespace/name."""
+        routing = sdep.spec.rollout.traffic_routing
+        ref = routing.http_route if routing is not None else None
+        return f"{ref.namespace or sdep.metadata.namespace}/{ref.name}" if ref is not None else None
 
     def _set_route_weights(self, sdep: SpeculativeDeployment, weight: int, holdback_weight: int = 0) -> None:
         """Set the fleet's backend weights on the user's HTTPRoute (only those; the route stays theirs)."""
@@ -544,7 +669,7 @@ class Reconciler:
             )
             return
         rules = route.get("spec", {}).get("rules") or []
-        wanted = route_rules(sdep, rules, weight, holdback_weight)
+        wanted = route_rules(sdep, rules, weight, holdback_weight, route_namespace=namespace)
         if wanted != rules:
             body = {"metadata": {"resourceVersion": route["metadata"]["resourceVersion"]}, "spec": {"rules": wanted}}
             self.kube.merge_patch(HTTPROUTE_API_VERSION, "HTTPRoute", namespace, ref.name, body)
@@ -657,6 +782,15 @@ def _error(status: SpeculativeDeploymentStatus, now: datetime, reason: str, cand
 MESSAGE_LIMIT = 400
 """Characters of a failure's own words in the Synced condition: an API server's message names the field or the
 permission in far fewer."""
+
+
+class UrlNotAllowedError(Exception):
+    """The Prometheus URL a spec names is not under the operator's allow-list; the message names the field."""
+
+
+def _unasked(error: Exception) -> str:
+    """The reason of an analysis that could not ask Prometheus at all."""
+    return str(error) if isinstance(error, UrlNotAllowedError) else f"Prometheus auth: {error}"
 
 
 def _server_message(error: ApiException) -> str:

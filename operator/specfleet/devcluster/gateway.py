@@ -1,8 +1,9 @@
-"""Gateway API's HTTPRoute CRD on a dev cluster, for fleets whose traffic an HTTPRoute splits.
+"""Gateway API's HTTPRoute and ReferenceGrant CRDs on a dev cluster, for fleets whose traffic an HTTPRoute splits.
 
-The CRD comes from the Gateway API Go module at a pinned version, through the Go module proxy (where Go
+The CRDs come from the Gateway API Go module at a pinned version, through the Go module proxy (where Go
 projects get it, and the one place these machines can), cached in Go's module cache. There is no gateway
-controller: the route is an object whose weights specfleet sets and tests read.
+controller: the route is an object whose weights specfleet sets and tests read; a ReferenceGrant is how a
+route's namespace lets fleets of another namespace set them.
 """
 
 import json
@@ -17,10 +18,11 @@ from specfleet.devcluster.crds import apply_crds
 GATEWAY_API = "sigs.k8s.io/gateway-api@v1.6.3"
 """v1.7 needs go 1.27."""
 HTTPROUTE_CRD = "config/crd/standard/gateway.networking.k8s.io_httproutes.yaml"
+REFERENCEGRANT_CRD = "config/crd/standard/gateway.networking.k8s.io_referencegrants.yaml"
 
 
-def httproute_crd_file() -> Path:
-    """The HTTPRoute CRD's file in the Go module cache (downloaded the first time)."""
+def gateway_api_dir() -> Path:
+    """The pinned Gateway API module in the Go module cache (downloaded the first time)."""
     with tempfile.TemporaryDirectory() as workdir:
         download = subprocess.run(
             ["go", "mod", "download", "-json", GATEWAY_API],
@@ -32,9 +34,11 @@ def httproute_crd_file() -> Path:
         )
     if download.returncode != 0:
         raise ClusterError(f"go mod download {GATEWAY_API} failed: {download.stderr.strip() or download.stdout}")
-    return Path(json.loads(download.stdout)["Dir"]) / HTTPROUTE_CRD
+    return Path(json.loads(download.stdout)["Dir"])
 
 
 def install_httproute_crd(cluster: ClusterInfo) -> None:
-    """Apply the HTTPRoute CRD (server-side, idempotent) and wait until the API server serves it."""
-    apply_crds(cluster, [httproute_crd_file()])
+    """Apply the HTTPRoute and ReferenceGrant CRDs (server-side, idempotent) and wait until the API server serves
+    them: a fleet whose route is in another namespace needs a ReferenceGrant there."""
+    module = gateway_api_dir()
+    apply_crds(cluster, [module / HTTPROUTE_CRD, module / REFERENCEGRANT_CRD])

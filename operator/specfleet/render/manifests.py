@@ -18,6 +18,7 @@ from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.spec import SpeculativeDeploymentSpec, SpeculativeMethod, SpeculativeSpec
 from specfleet.api.vocabulary import (
     ALWAYS_SERVED,
+    ANNOTATION_HTTP_ROUTE,
     API_VERSION,
     FIELD_MANAGER,
     KIND,
@@ -290,23 +291,26 @@ def service(
     *,
     canary_traffic: bool = True,
     holdback_traffic: bool = False,
+    route: str | None = None,
 ) -> Manifest:
     """The fleet's Service, or one track's (for route weights).
 
     The fleet Service splits traffic by Ready replicas across every track; without canary traffic it
     selects the stable track alone (with `holdback_traffic`, the pods labelled always-served: stable's and
-    the holdback's), which is how an abort takes traffic away before the canary goes.
+    the holdback's), which is how an abort takes traffic away before the canary goes. A track's Service
+    names the HTTPRoute (`route`, namespace/name) it was made for in an annotation.
     """
     selector = selector_labels(sdep, track)
     if track is None and not canary_traffic:
         always = {**selector_labels(sdep), LABEL_TRAFFIC: ALWAYS_SERVED}
         selector = always if holdback_traffic else selector_labels(sdep, Track.STABLE)
+    metadata = child_metadata(sdep, child_name(sdep, track), {**_common_labels(sdep), **selector_labels(sdep, track)})
+    if route is not None:
+        metadata["annotations"] = {ANNOTATION_HTTP_ROUTE: route}
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": child_metadata(
-            sdep, child_name(sdep, track), {**_common_labels(sdep), **selector_labels(sdep, track)}
-        ),
+        "metadata": metadata,
         "spec": {
             "type": "ClusterIP",
             "selector": selector,
@@ -353,25 +357,36 @@ def render(sdep: SpeculativeDeployment, track: Track = Track.STABLE) -> list[Man
 
 
 def route_rules(
-    sdep: SpeculativeDeployment, rules: list[dict[str, Any]], canary_weight: int, holdback_weight: int = 0
+    sdep: SpeculativeDeployment,
+    rules: list[dict[str, Any]],
+    canary_weight: int,
+    holdback_weight: int = 0,
+    route_namespace: str | None = None,
 ) -> list[dict[str, Any]]:
     """An HTTPRoute's rules with the fleet's backend weights set: canary w, holdback h, stable the rest.
 
-    Only backendRefs to this fleet's track Services are touched; a rule that sends to the stable Service
-    gains a canary (holdback) ref while that track takes traffic and loses it afterwards.
+    Only backendRefs to this fleet's track Services are touched: by name, in the fleet's namespace (a ref
+    without a namespace is in the route's, `route_namespace`, default the fleet's); a rule that sends to the
+    stable Service gains a canary (holdback) ref while that track takes traffic and loses it afterwards.
     """
     names = {track: child_name(sdep, track) for track in SINGLE_TRACKS}
     weights = {Track.CANARY: canary_weight, Track.HOLDBACK: min(holdback_weight, 100 - canary_weight)}
+    here = route_namespace or sdep.metadata.namespace
+
+    def fleets(ref: dict[str, Any]) -> bool:
+        core_service = ref.get("group", "") == "" and ref.get("kind", "Service") == "Service"
+        return (
+            core_service and ref.get("name") in names.values() and ref.get("namespace", here) == sdep.metadata.namespace
+        )
+
     updated = []
     for rule in rules:
         refs = [dict(ref) for ref in rule.get("backendRefs") or []]
-        stable_refs = [
-            ref for ref in refs if ref.get("name") == names[Track.STABLE] and ref.get("kind", "Service") == "Service"
-        ]
+        stable_refs = [ref for ref in refs if fleets(ref) and ref.get("name") == names[Track.STABLE]]
         if not stable_refs:
             updated.append(rule)
             continue
-        others = [ref for ref in refs if ref.get("name") not in names.values()]
+        others = [ref for ref in refs if not fleets(ref)]
         mine = [{**stable_refs[0], "weight": 100 - sum(weights.values())}]
         mine += [{**stable_refs[0], "name": names[t], "weight": w} for t, w in weights.items() if w > 0]
         updated.append({**rule, "backendRefs": others + mine})

@@ -113,6 +113,7 @@ def test_args_come_from_values(helm: Path) -> None:
             *("--set", "watchNamespaces={team-a,team-b}", "--set", "operator.logFormat=human"),
             *("--set", "operator.verbose=true", "--set", "operator.extraArgs={--resync=60}"),
             *("--set", "templatePolicy=restricted"),
+            *("--set", "operator.allowedPrometheusUrls={https://thanos.obs.svc/tenant-a,http://prom.team-b:9090}"),
         )
     )
     assert operator["args"] == [
@@ -125,6 +126,8 @@ def test_args_come_from_values(helm: Path) -> None:
         "--namespace=team-a",
         "--namespace=team-b",
         "--prometheus-url=http://prometheus.monitoring:9090",
+        "--allow-prometheus-url=https://thanos.obs.svc/tenant-a",
+        "--allow-prometheus-url=http://prom.team-b:9090",
         "--leader-election=ops/sf-specfleet",
         "--verbose",
         "--resync=60",
@@ -204,9 +207,16 @@ def test_httproutes_only_when_gateway_api_routing_is_on(helm: Path) -> None:
     def route_rules(*args: str) -> list[Manifest]:
         return [r for r in only(render(helm, *args), "ClusterRole")["rules"] if "httproutes" in r["resources"]]
 
-    assert route_rules() == []
+    def grant_rules(*args: str) -> list[Manifest]:
+        return [r for r in only(render(helm, *args), "ClusterRole")["rules"] if "referencegrants" in r["resources"]]
+
+    assert route_rules() == [] and grant_rules() == []
     assert route_rules("--set", "gatewayAPI.enabled=true") == [
         {"apiGroups": ["gateway.networking.k8s.io"], "resources": ["httproutes"], "verbs": ["get", "patch"]}
+    ]
+    # a route in another namespace is written only when a ReferenceGrant there consents: read, never written
+    assert grant_rules("--set", "gatewayAPI.enabled=true") == [
+        {"apiGroups": ["gateway.networking.k8s.io"], "resources": ["referencegrants"], "verbs": ["list"]}
     ]
 
 
@@ -314,6 +324,8 @@ def test_prometheus_rule_and_dashboard_are_the_generated_ones(helm: Path) -> Non
         (["--set", "monitoring.podMonitor.interval=soon"], "at '/monitoring/podMonitor/interval'"),
         (["--set-json", 'watchNamespaces=["Team_A"]'], "at '/watchNamespaces/0'"),
         (["--set", "operator.logFormat=xml"], "at '/operator/logFormat': value must be one of 'json', 'human'"),
+        (["--set", "operator.allowedPrometheusUrls={http://u:p@prom:9090}"], "at '/operator/allowedPrometheusUrls/0'"),
+        (["--set", "operator.allowedPrometheusUrls={http://prom:9090/#x}"], "at '/operator/allowedPrometheusUrls/0'"),
         (["--set", "colour=blue"], "additional properties 'colour' not allowed"),
     ],
 )

@@ -25,7 +25,7 @@ from specfleet.controller.queue import WorkQueue
 from specfleet.controller.reconciler import Reconciler
 from specfleet.controller.store import Store
 from specfleet.hardware import GPU_RESOURCE, MI300X, PRODUCT_NAME_LABEL
-from specfleet.render.manifests import deployment, revision
+from specfleet.render.manifests import deployment, revision, service
 from specfleet.rollout import Decision, Observation, decide
 from specfleet.rollout.types import NO_PROMETHEUS, GpuRequest, GpuRoom
 
@@ -62,6 +62,11 @@ class RecordingKube:
         so a capacity check changes no decision."""
         self.cluster_pods: list[dict[str, Any]] | Exception = [] if cluster_pods is None else cluster_pods
         self.lists: list[str] = []
+        self.secret_reads: list[str] = []
+        self.kinds: set[str] = set()
+        """The kinds the API server serves beyond the built-in ones (HTTPRoute, ReferenceGrant)."""
+        self.objects: dict[tuple[str, str, str], dict[str, Any] | Exception] = {}
+        """What `read` answers: (kind, namespace, name) -> the object, or the error reading it raises."""
 
     def apply(self, manifest: dict[str, Any]) -> None:
         self.writes.append(("apply", manifest["kind"], manifest["metadata"]["name"]))
@@ -87,12 +92,21 @@ class RecordingKube:
         self.writes.append(("remove-annotations", *keys))
 
     def has_kind(self, api_version: str, kind: str) -> bool:
-        return False
+        return kind in self.kinds
 
-    def read(self, *args: Any) -> None:
-        return None
+    def read(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        found = self.objects.get((kind, namespace, name))
+        if isinstance(found, Exception):
+            raise found
+        return found
+
+    def list_in(self, api_version: str, kind: str, namespace: str) -> list[dict[str, Any]]:
+        self.lists.append(f"{kind} in {namespace}")
+        found = [o for (k, ns, _), o in self.objects.items() if k == kind and ns == namespace]
+        return [o for o in found if isinstance(o, dict)]
 
     def read_secret(self, namespace: str, name: str, key: str) -> str:
+        self.secret_reads.append(f"{namespace}/{name}")
         if self.secret_error:
             raise SecretError(f"Secret {namespace}/{name}: {self.secret_error}")
         return "token"
@@ -131,10 +145,10 @@ def pods(track: Track, rev: str, count: int) -> list[dict[str, Any]]:
     ]
 
 
-def canary_world(**spec: Any) -> tuple[Store, dict[str, Any]]:
+def canary_world(rollout: dict[str, Any] = STEPS, **spec: Any) -> tuple[Store, dict[str, Any]]:
     """A live canary at its first step, Ready for 5 minutes: an analysis is due."""
-    old = SpeculativeDeployment.from_mapping(body(rollout=STEPS, **spec))
-    new = SpeculativeDeployment.from_mapping(body(rollout=STEPS, speculative={"numSpeculativeTokens": 2}, **spec))
+    old = SpeculativeDeployment.from_mapping(body(rollout=rollout, **spec))
+    new = SpeculativeDeployment.from_mapping(body(rollout=rollout, speculative={"numSpeculativeTokens": 2}, **spec))
     stable_rev, canary_rev = revision(old.spec), revision(new.spec)
     status = SpeculativeDeploymentStatus(
         phase=Phase.PROGRESSING,
@@ -147,7 +161,7 @@ def canary_world(**spec: Any) -> tuple[Store, dict[str, Any]]:
         canary_started_at=NOW - timedelta(minutes=10),
         evidence_since=NOW - timedelta(minutes=5),
     )
-    obj = body(status, rollout=STEPS, speculative={"numSpeculativeTokens": 2}, **spec)
+    obj = body(status, rollout=rollout, speculative={"numSpeculativeTokens": 2}, **spec)
     store = Store()
     store.put_sdep(obj, deleted=False)
     for track, sdep, rev in ((Track.STABLE, old, stable_rev), (Track.CANARY, new, canary_rev)):
@@ -173,7 +187,10 @@ def test_an_unreadable_auth_secret_is_an_error_verdict_not_an_exception(problem:
     prometheus = {"url": "http://prometheus:9090", "authSecret": {"name": "prom-token", "key": "token"}}
     store, _ = canary_world(prometheus=prometheus)
     kube = RecordingKube(secret_error=problem)
-    after = reconcile(kube, store)
+    reconciler = Reconciler(
+        kube, store, WorkQueue(), clock=lambda: NOW, default_prometheus_url="http://prometheus:9090"
+    )  # type: ignore[arg-type]
+    after = reconcile(kube, store, reconciler)
     assert after is not None and after > 0
     (status, _rv), *_ = kube.status_writes
     analysis = status["lastAnalysis"]
@@ -189,6 +206,151 @@ def test_an_analysis_due_without_any_prometheus_is_an_error_verdict() -> None:
     (status, _rv), *_ = kube.status_writes
     assert status["lastAnalysis"]["verdict"] == "Error" and status["lastAnalysis"]["reasons"] == [NO_PROMETHEUS]
     assert status["unjudgedSince"] and "Promoted" not in str(status)
+
+
+def test_a_fleets_prometheus_url_off_the_allow_list_is_never_asked_nor_given_the_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fail closed: an Error verdict naming the field and the allow-list (onProviderError applies), the Secret
+    not even read, no client made for the URL; the same URL once an admin allows it is asked, with the token."""
+    asked: list[tuple[object, ...]] = []
+    monkeypatch.setattr(reconciler_module, "Prometheus", lambda *args: asked.append(args) or NoAnswer())
+    prometheus = {"url": "http://10.0.0.9:9090/", "authSecret": {"name": "prom-token", "key": "token"}}
+    store, _ = canary_world(prometheus=prometheus)
+    kube = RecordingKube()
+    own = "http://prometheus.monitoring:9090"
+    reconciler = Reconciler(kube, store, WorkQueue(), clock=lambda: NOW, default_prometheus_url=own)  # type: ignore[arg-type]
+    reconcile(kube, store, reconciler)
+    (status, _rv), *_ = kube.status_writes
+    analysis = status["lastAnalysis"]
+    assert analysis["verdict"] == "Error" and status["unjudgedSince"]
+    # held, as onProviderError says: the merge patch written keeps the canary and leaves stable as it was
+    assert status["phase"] in ("Progressing", "Paused") and status.get("canaryRevision", "kept") is not None
+    assert "stableRevision" not in status
+    assert "spec.prometheus.url" in analysis["reasons"][0] and "allow-list" in analysis["reasons"][0]
+    assert f"{own}/" in analysis["reasons"][0]
+    assert asked == [] and kube.secret_reads == []
+
+    allowing = Reconciler(
+        kube, store, WorkQueue(), clock=lambda: NOW, default_prometheus_url=own,  # type: ignore[arg-type]
+        allowed_prometheus_urls=("http://10.0.0.9:9090",),
+    )  # fmt: skip
+    reconcile(kube, RecordingKube().watch or store, allowing)
+    assert asked == [("http://10.0.0.9:9090/", "token")] and kube.secret_reads == ["default/prom-token"]
+
+
+class NoAnswer:
+    """A Prometheus that has no data."""
+
+    def scalar(self, query: str, at: float | None = None) -> float | None:
+        return None
+
+    def by_label(self, query: str, label: str, at: float | None = None) -> dict[str, float]:
+        return {}
+
+
+# 6. traffic routing: another namespace's consent, Services a route still sends to
+
+ROUTES_NS = "routes"
+
+
+def routed_world(route_namespace: str | None) -> tuple[Store, RecordingKube]:
+    """A live canary whose traffic the HTTPRoute `llm` (in `route_namespace`, else the fleet's) splits."""
+    ref = {"name": "llm"} | ({"namespace": route_namespace} if route_namespace else {})
+    store, _ = canary_world(rollout={**STEPS, "trafficRouting": {"httpRoute": ref}})
+    kube = RecordingKube()
+    kube.kinds = {"HTTPRoute", "ReferenceGrant"}
+    backend = {"name": f"{KEY[1]}-stable", "namespace": KEY[0], "port": 8000}
+    route = {"metadata": {"name": "llm", "namespace": route_namespace or KEY[0], "resourceVersion": "5"},
+             "spec": {"rules": [{"backendRefs": [backend]}]}}  # fmt: skip
+    kube.objects["HTTPRoute", route_namespace or KEY[0], "llm"] = route
+    return store, kube
+
+
+def grant(name: str | None = None) -> dict[str, Any]:
+    to = {"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"} | ({"name": name} if name else {})
+    return {
+        "metadata": {"name": "fleets-may-route", "namespace": ROUTES_NS},
+        "spec": {"from": [{"group": "specfleet.io", "kind": "SpeculativeDeployment", "namespace": KEY[0]}], "to": [to]},
+    }
+
+
+def route_writes(kube: RecordingKube) -> list[tuple[str, ...]]:
+    return [w for w in kube.writes if w[:3] == ("patch", "gateway.networking.k8s.io/v1", "HTTPRoute")]
+
+
+def test_a_route_in_another_namespace_is_not_touched_without_a_reference_grant_and_the_fleet_says_why() -> None:
+    store, kube = routed_world(ROUTES_NS)
+    reconcile(kube, store)
+    assert route_writes(kube) == [] and "ReferenceGrant in routes" in kube.lists
+    status = kube.status_writes[-1][0]
+    spec_valid = next(c for c in status["conditions"] if c["type"] == "SpecValid")
+    assert (
+        spec_valid["status"] == "False" and "spec.rollout.trafficRouting.httpRoute.namespace" in spec_valid["message"]
+    )
+    assert "ReferenceGrant" in spec_valid["message"] and status["phase"] == "Degraded"
+
+
+@pytest.mark.parametrize("route", [None, "llm"])
+def test_a_reference_grant_in_the_routes_namespace_lets_the_fleet_set_its_weights(route: str | None) -> None:
+    store, kube = routed_world(ROUTES_NS)
+    kube.objects["ReferenceGrant", ROUTES_NS, "fleets-may-route"] = grant(route)
+    reconcile(kube, store)
+    assert route_writes(kube), kube.writes
+
+
+def test_a_grant_for_another_route_or_an_unreadable_grant_list_holds_the_fleet() -> None:
+    store, kube = routed_world(ROUTES_NS)
+    kube.objects["ReferenceGrant", ROUTES_NS, "fleets-may-route"] = grant("another-route")
+    reconcile(kube, store)
+    assert route_writes(kube) == []
+    store, kube = routed_world(ROUTES_NS)
+    kube.kinds = {"HTTPRoute"}  # no ReferenceGrant kind served: nothing can grant
+    reconcile(kube, store)
+    spec_valid = next(c for c in kube.status_writes[-1][0]["conditions"] if c["type"] == "SpecValid")
+    assert route_writes(kube) == [] and "serves no ReferenceGrant kind" in spec_valid["message"]
+
+
+def test_a_route_in_the_fleets_own_namespace_needs_no_grant() -> None:
+    store, kube = routed_world(None)
+    reconcile(kube, store)
+    assert route_writes(kube) and not [name for name in kube.lists if name.startswith("ReferenceGrant")]
+
+
+def test_without_traffic_routing_a_service_a_route_still_sends_to_is_kept_until_it_does_not() -> None:
+    """trafficRouting removed from a live fleet: its `-stable` Service stays while the route it was made for
+    still sends to it (deleting it would break the route), with a Warning event saying so; it goes once the
+    route no longer names it. The `-canary` Service, which the route does not name, goes at once."""
+    store, kube = routed_world(None)
+    sdep = SpeculativeDeployment.from_mapping(store.sdeps[KEY])
+    store.put_sdep(merged(store.sdeps[KEY], {"spec": {"rollout": {"trafficRouting": None}}}), deleted=False)
+    for track in (Track.STABLE, Track.CANARY):
+        manifest = service(sdep, track, route=f"{KEY[0]}/llm")
+        manifest["metadata"]["uid"] = f"uid-svc-{track.value}"
+        store.put_child("Service", manifest, deleted=False)
+    reconciler = Reconciler(kube, store, WorkQueue(), clock=lambda: NOW)  # type: ignore[arg-type]
+    reconcile(kube, store, reconciler)
+    deleted = [w[2] for w in kube.writes if w[:2] == ("delete", "Service")]
+    assert deleted == [f"{KEY[1]}-canary"] and kube.events.count("ServiceStillRouted") == 1
+    route = kube.objects["HTTPRoute", KEY[0], "llm"]
+    assert isinstance(route, dict)
+    route["spec"]["rules"][0]["backendRefs"][0]["name"] = KEY[1]  # the user points the route at the fleet Service
+    store.put_sdep(merged(store.sdeps[KEY], {"metadata": {"resourceVersion": "12"}}), deleted=False)
+    reconcile(kube, store, reconciler)
+    deleted = [w[2] for w in kube.writes if w[:2] == ("delete", "Service")]
+    assert f"{KEY[1]}-stable" in deleted
+
+
+def test_a_service_whose_route_cannot_be_read_is_kept() -> None:
+    store, kube = routed_world(None)
+    sdep = SpeculativeDeployment.from_mapping(store.sdeps[KEY])
+    store.put_sdep(merged(store.sdeps[KEY], {"spec": {"rollout": {"trafficRouting": None}}}), deleted=False)
+    manifest = service(sdep, Track.STABLE, route=f"{KEY[0]}/llm")
+    manifest["metadata"]["uid"] = "uid-svc-stable"
+    store.put_child("Service", manifest, deleted=False)
+    kube.objects["HTTPRoute", KEY[0], "llm"] = FORBIDDEN
+    reconcile(kube, store)
+    assert not [w for w in kube.writes if w[:2] == ("delete", "Service")]
 
 
 # 10. status writes and the watch cache

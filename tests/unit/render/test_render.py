@@ -301,6 +301,21 @@ def test_route_weights_touch_only_this_fleets_backends() -> None:
     assert after[0]["backendRefs"] == [{"name": "llama-eagle3-stable", "port": 8000, "weight": 100}]
 
 
+def test_a_route_in_another_namespace_has_its_weights_set_only_on_refs_to_the_fleets_namespace() -> None:
+    """In a route of namespace `routes`, a backendRef without a namespace is a Service of `routes` that happens
+    to share the name (another fleet's): never the fleet's to weigh."""
+    fleet = sdep()
+    theirs = {"name": "llama-eagle3-stable", "port": 8000}
+    ours = {**theirs, "namespace": fleet.metadata.namespace}
+    rules = [{"backendRefs": [theirs]}, {"backendRefs": [ours]}]
+    during = route_rules(fleet, rules, 25, route_namespace="routes")
+    assert during[0] == rules[0]
+    assert during[1]["backendRefs"] == [
+        {**ours, "weight": 75},
+        {**ours, "name": "llama-eagle3-canary", "weight": 25},
+    ]
+
+
 @pytest.mark.parametrize(
     ("rollout", "expected"),
     [
