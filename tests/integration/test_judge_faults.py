@@ -124,7 +124,7 @@ cluster's 5 s scrapes)."""
 
 @pytest.mark.timeout(OUTCOME_SECONDS)
 def test_a_prometheus_lagging_behind_holds_the_canary_instead_of_passing_on_old_samples(
-    operator: Operator, dev_cluster: ClusterInfo, fleet: Fleet, tmp_path: Path
+    crd_installed: None, dev_cluster: ClusterInfo, fleet: Fleet, tmp_path: Path
 ) -> None:
     """The operator asks a Prometheus fed by a Prometheus agent's remote writes, as many clusters are set up.
     The agent stops (SIGSTOP: its scrapes and writes stop, nothing marks the series stale); the store answers
@@ -134,14 +134,18 @@ def test_a_prometheus_lagging_behind_holds_the_canary_instead_of_passing_on_old_
     targets = tmp_path / "targets"
     targets.mkdir()
     simulator = Simulator(dev_cluster, fleet.namespace, tmp_path, extra=("--file-sd-dir", str(targets)))
+    operator: Operator | None = None
     try:
         with (
             PrivatePrometheus(None, tmp_path / "store") as store,
             PrivatePrometheus(targets, tmp_path / "agent", remote_write=f"{store.url}/api/v1/write") as agent,
         ):
+            # the operator's own Prometheus is the store: every fleet without a URL of its own is judged there
+            operator = Operator(dev_cluster, fleet.namespace, tmp_path / "operator.log", prometheus_url=store.url)
+            operator.start()
             # a pause no run outlasts: a Pass does not end the step, so the judge keeps looking
             rollout = {**ROLLOUT, "steps": [{"weight": 50, "pause": {"duration": "1h"}}]}
-            fleet.apply(sdep(rollout=rollout, prometheus={"url": store.url}))
+            fleet.apply(sdep(rollout=rollout))
             stable = wait_for("Healthy", fleet.phase_is("llama", "Healthy"), timeout=90)["stableRevision"]
             # an A/A change, which the judge passes once the evidence shows it within every guardrail
             fleet.patch_spec("llama", {"engine": {"tensorParallelSize": 2, "env": [{"name": "SF_AA", "value": "1"}]}})
@@ -160,6 +164,8 @@ def test_a_prometheus_lagging_behind_holds_the_canary_instead_of_passing_on_old_
             assert status["noDataSeconds"] > 0  # onNoData's clock runs
             wait_for("a Pass once the agent goes on", lambda: last_verdict(fleet) == "Pass", timeout=120)
     finally:
+        if operator is not None:
+            operator.stop()
         simulator.stop()
 
 
