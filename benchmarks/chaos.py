@@ -15,6 +15,8 @@ What each kind has, and its undisturbed outcome:
     never-ready wants an MI355X node the cluster does not have    -> Aborted (progress deadline)
     swap        EAGLE-3 as good, on a full pool of its own (two    -> Promoted
                 replicas on a 2-GPU node): maxSurge 0 swaps pods
+    prometheus-gone  EAGLE-3 as good, its spec.prometheus.url       -> Paused, then aborted by the run
+                refusing every query                                  (RolledBack with --fallbacks tolerant)
 
 Faults, one every `--fault-every` seconds on average: SIGKILL of the operator's leader or of its standby
 (restarted a moment later), Prometheus stopped (SIGSTOP) for 30 s-3 min, the API server or etcd
@@ -22,9 +24,11 @@ restarted (`--component-restarts`), a child edited or deleted by hand (the stabl
 the fleet Service or the canary Deployment deleted, the HTTPRoute's weights sent to the canary), a second
 writer annotating a fleet in a tight loop (409s for the operator), a node holding a canary pod deleted
 (put back later), the scrapes of one fleet's canary, stable or both broken for 30 s-3 min (its pods'
-/metrics answer HTTP 500s or an HTML page: the simulator's `scrape_faults`). The fault policy:
-`onProviderError` and `onNoData` act after 5 and 10 minutes, longer than any outage, so a good canary is
-held while its evidence is missing, never rolled back. A Pass needs evidence that shows the canary within
+/metrics answer HTTP 500s or an HTML page: the simulator's `scrape_faults`). The fallbacks (`--fallbacks`):
+`default` writes none, so the API server fills in the product's own (onNoData Rollback after 30 minutes,
+onProviderError Pause after 10); `tolerant` rolls back after 10 and 5. Either acts later than any outage
+lasts, so a good canary is held while its evidence is missing, never rolled back; only a fleet whose
+Prometheus is gone for good is paused (or rolled back). A Pass needs evidence that shows the canary within
 every guardrail (~1,700 canary requests for the error rate, ~3.5 min at the load here), and a canary or a
 stable pod that is replaced (a node deleted, a child deleted) starts its fleet's evidence over: a fault
 stream much denser than that leaves a good canary no time to be shown good, and `onNoData` rolls it back,
@@ -36,10 +40,11 @@ with `replicas` (hand edits reverted), the Service selecting it, the HTTPRoute s
 stable track's Service, no canary child left, no orphan.
 
     python benchmarks/chaos.py --canaries 100          # ~30 min on 2 cores
-    python benchmarks/chaos.py --quick                 # one canary of each kind, each fault once, ~8 min
+    python benchmarks/chaos.py --quick                 # one canary of each kind, each fault once, ~12 min
 
 Prints the figures as JSON: faults injected by kind, invariant violations (the list), outcomes that
 matched, leader takeover after SIGKILL (median, max), recovery after API server / etcd restarts.
+`--output FILE` writes them with every canary's and every fault's record (docs/data/ keeps committed runs).
 """
 
 import argparse
