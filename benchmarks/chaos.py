@@ -877,7 +877,13 @@ def main() -> None:
     print(json.dumps(figures, indent=2))
     if args.output:
         command = ["python", "benchmarks/chaos.py", *sys.argv[1:]]
-        document = {"command": " ".join(command), "started": started, **figures, "canaries": raw[0], "faults": raw[1]}
+        document = {
+            "command": " ".join(command),
+            "started": started,
+            **figures,
+            "canary_records": raw[0],
+            "fault_records": raw[1],
+        }
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(document, indent=1) + "\n")
 
