@@ -130,9 +130,16 @@ def cluster_session(state_dir: Path, mi300x_nodes: int, *, keep: bool = False) -
 
 class PrivatePrometheus:
     """A real Prometheus of its own over the file_sd target files in `targets` (the dev cluster's directory, or
-    one run's simulator's), which its owner may stop or pause without disturbing anyone sharing the cluster."""
+    one run's simulator's), which its owner may stop or pause without disturbing anyone sharing the cluster.
 
-    def __init__(self, targets: Path, workdir: Path, *, scrape_interval: str = "5s") -> None:
+    With `remote_write` (a receiver's URL) it runs in agent mode: it scrapes and forwards every sample there,
+    and answers no queries. With `targets` None it scrapes nothing and receives remote writes: the store an
+    agent feeds, which keeps answering with what it has when the agent stops (a pipeline lagging behind).
+    """
+
+    def __init__(
+        self, targets: Path | None, workdir: Path, *, scrape_interval: str = "5s", remote_write: str | None = None
+    ) -> None:
         import urllib.request
 
         import yaml
@@ -142,22 +149,28 @@ class PrivatePrometheus:
         workdir.mkdir(parents=True, exist_ok=True)
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
-        config = {
+        config: dict[str, Any] = {
             "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
-            "scrape_configs": [
-                {
-                    "job_name": "vllm",
-                    "file_sd_configs": [{"files": [f"{targets}/*.json"], "refresh_interval": scrape_interval}],
-                }
-            ],
+            "scrape_configs": [],
         }
+        if targets is not None:
+            sd = {"files": [f"{targets}/*.json"], "refresh_interval": scrape_interval}
+            config["scrape_configs"] = [{"job_name": "vllm", "file_sd_configs": [sd]}]
+        if remote_write is not None:
+            # sent within a second of their scrape, so the store is behind only when the agent is
+            config["remote_write"] = [{"url": remote_write, "queue_config": {"batch_send_deadline": "1s"}}]
         (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
         command = [
             str(find_prometheus()),
             f"--config.file={workdir / 'prometheus.yml'}",
-            f"--storage.tsdb.path={workdir / 'tsdb'}",
             f"--web.listen-address=127.0.0.1:{port}",
         ]
+        if remote_write is not None:
+            command += ["--enable-feature=agent", f"--storage.agent.path={workdir / 'wal'}"]
+        else:
+            command += [f"--storage.tsdb.path={workdir / 'tsdb'}"]
+        if targets is None:
+            command += ["--web.enable-remote-write-receiver"]
         self._log = (workdir / "prometheus.log").open("wb")
         self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
 

@@ -15,6 +15,8 @@ What each kind has, and its undisturbed outcome:
     never-ready wants an MI355X node the cluster does not have    -> Aborted (progress deadline)
     swap        EAGLE-3 as good, on a full pool of its own (two    -> Promoted
                 replicas on a 2-GPU node): maxSurge 0 swaps pods
+    prometheus-gone  EAGLE-3 as good, its spec.prometheus.url       -> Paused, then aborted by the run
+                refusing every query                                  (RolledBack with --fallbacks tolerant)
 
 Faults, one every `--fault-every` seconds on average: SIGKILL of the operator's leader or of its standby
 (restarted a moment later), Prometheus stopped (SIGSTOP) for 30 s-3 min, the API server or etcd
@@ -22,9 +24,11 @@ restarted (`--component-restarts`), a child edited or deleted by hand (the stabl
 the fleet Service or the canary Deployment deleted, the HTTPRoute's weights sent to the canary), a second
 writer annotating a fleet in a tight loop (409s for the operator), a node holding a canary pod deleted
 (put back later), the scrapes of one fleet's canary, stable or both broken for 30 s-3 min (its pods'
-/metrics answer HTTP 500s or an HTML page: the simulator's `scrape_faults`). The fault policy:
-`onProviderError` and `onNoData` act after 5 and 10 minutes, longer than any outage, so a good canary is
-held while its evidence is missing, never rolled back. A Pass needs evidence that shows the canary within
+/metrics answer HTTP 500s or an HTML page: the simulator's `scrape_faults`). The fallbacks (`--fallbacks`):
+`default` writes none, so the API server fills in the product's own (onNoData Rollback after 30 minutes,
+onProviderError Pause after 10); `tolerant` rolls back after 10 and 5. Either acts later than any outage
+lasts, so a good canary is held while its evidence is missing, never rolled back; only a fleet whose
+Prometheus is gone for good is paused (or rolled back). A Pass needs evidence that shows the canary within
 every guardrail (~1,700 canary requests for the error rate, ~3.5 min at the load here), and a canary or a
 stable pod that is replaced (a node deleted, a child deleted) starts its fleet's evidence over: a fault
 stream much denser than that leaves a good canary no time to be shown good, and `onNoData` rolls it back,
@@ -36,10 +40,11 @@ with `replicas` (hand edits reverted), the Service selecting it, the HTTPRoute s
 stable track's Service, no canary child left, no orphan.
 
     python benchmarks/chaos.py --canaries 100          # ~30 min on 2 cores
-    python benchmarks/chaos.py --quick                 # one canary of each kind, each fault once, ~8 min
+    python benchmarks/chaos.py --quick                 # one canary of each kind, each fault once, ~12 min
 
 Prints the figures as JSON: faults injected by kind, invariant violations (the list), outcomes that
 matched, leader takeover after SIGKILL (median, max), recovery after API server / etcd restarts.
+`--output FILE` writes them with every canary's and every fault's record (docs/data/ keeps committed runs).
 """
 
 import argparse
@@ -78,7 +83,12 @@ EXPECTED = {
     "a-a": "Promoted",
     "never-ready": "Aborted",
     "swap": "Promoted",
+    "prometheus-gone": "Aborted",
 }
+"""Each kind's undisturbed outcome under the product's default fallbacks (`expected` gives it under others)."""
+PAUSES = ("prometheus-gone",)
+"""Kinds whose canary must first be Paused (`onProviderError`'s default action): the run checks the pause, then
+aborts it as its owner would (`kubectl specfleet abort`), which is what its history then records."""
 SWAP_REPLICAS = 2
 """A swap fleet's replicas: every GPU of its own node (`pool_of_its_own`)."""
 POOL_PRODUCT = "AMD_Instinct_MI300X_OAM_chaos"
@@ -88,17 +98,26 @@ GOOD_DRAFTER = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
 PLAIN = {"method": "none"}
 EAGLE3 = {"method": "eagle3", "model": GOOD_DRAFTER, "revision": "main", "numSpeculativeTokens": 4}
 SCENARIO_DEFAULTS = {"acceptance": 0.8, "load": 8.0, "output_tokens": 128, "noise": 0.05}
-ROLLOUT: dict[str, Any] = {
-    "steps": [{"weight": 50, "pause": {"duration": "30s"}}],
-    "analysis": {
-        "interval": "10s",
-        "window": "60s",
+FALLBACKS: dict[str, dict[str, Any]] = {
+    # the product's own: nothing written, so the API server fills in onNoData Rollback after 30m and
+    # onProviderError Pause after 10m, as it does for a user who leaves them out
+    "default": {},
+    # every outage held, then rolled back rather than left for a human: no canary waits on anyone
+    "tolerant": {
         "onNoData": {"after": "10m", "action": "Rollback"},
         "onProviderError": {"after": "5m", "action": "Rollback"},
     },
+}
+ROLLOUT: dict[str, Any] = {
+    "steps": [{"weight": 50, "pause": {"duration": "30s"}}],
+    "analysis": {"interval": "10s", "window": "60s"},
     "guardrails": {"minDraftTokens": 200, "minRequests": 50},
     "progressDeadline": "2m",
 }
+"""The rollout of every fleet, before its fallbacks (`rollout_of`)."""
+GONE_PROMETHEUS = "http://127.0.0.1:9"
+"""Where a `prometheus-gone` fleet's Prometheus was: the discard port, on which nothing listens here (every query
+is refused at once)."""
 LEASE = "specfleet-chaos"
 HTTPROUTE = ("gateway.networking.k8s.io", "v1")
 API_TROUBLE = (kubernetes.client.ApiException, urllib3.exceptions.HTTPError, OSError)
@@ -116,9 +135,22 @@ NEEDS_A_CANARY = ("edit-child", "second-writer", "delete-node", "break-scrapes")
 COMPONENT_FAULTS = ("restart-kube-apiserver", "restart-etcd")
 
 
+def rollout_of(fallbacks: str) -> dict[str, Any]:
+    """Every fleet's rollout with the named fallbacks (`FALLBACKS`)."""
+    return {**ROLLOUT, "analysis": {**ROLLOUT["analysis"], **FALLBACKS[fallbacks]}}
+
+
+def expected(kind: str, fallbacks: str) -> str:
+    """The undisturbed outcome of `kind`: a fleet whose Prometheus is gone is rolled back by a Rollback
+    `onProviderError`, and paused (then aborted by the run) by the default Pause."""
+    if kind in PAUSES and FALLBACKS[fallbacks].get("onProviderError", {}).get("action") == "Rollback":
+        return "RolledBack"
+    return EXPECTED[kind]
+
+
 def canary_spec(kind: str, name: str) -> dict[str, Any]:
     """The spec change that makes the canary of a fleet of `kind` (its stable is plain, one MI300X GPU)."""
-    if kind in ("good", "swap"):
+    if kind in ("good", "swap", "prometheus-gone"):
         return {"speculative": EAGLE3}
     if kind == "bad":
         return {"speculative": {**EAGLE3, "model": f"bad/{name}"}}
@@ -175,11 +207,15 @@ class World:
         urllib.request.urlopen(request, timeout=10).close()
 
 
-def initial_fleet(canary: "Canary") -> dict[str, Any]:
-    """A plain one-replica fleet; a turns-bad one pauses 3 minutes, so it cannot pass before it turns."""
-    rollout = ROLLOUT
+def initial_fleet(canary: "Canary", fallbacks: str = "default") -> dict[str, Any]:
+    """A plain one-replica fleet; a turns-bad one pauses 3 minutes, so it cannot pass before it turns; a
+    prometheus-gone one asks a Prometheus that is not there."""
+    rollout = rollout_of(fallbacks)
+    extra: dict[str, Any] = {}
     if canary.kind == "turns-bad":
-        rollout = {**ROLLOUT, "steps": [{"weight": 50, "pause": {"duration": "3m"}}]}
+        rollout = {**rollout, "steps": [{"weight": 50, "pause": {"duration": "3m"}}]}
+    if canary.kind == "prometheus-gone":
+        extra["prometheus"] = {"url": GONE_PROMETHEUS}
     if canary.routed:
         rollout = {**rollout, "trafficRouting": {"httpRoute": {"name": canary.name}}}
     if canary.kind == "swap":
@@ -191,7 +227,7 @@ def initial_fleet(canary: "Canary") -> dict[str, Any]:
         )  # fmt: skip
     accelerator = {"productNames": [POOL_PRODUCT]}
     return one_replica_fleet(canary.name, PLAIN, rollout=rollout, engine={"tensorParallelSize": 1},
-                             accelerator=accelerator)  # fmt: skip
+                             accelerator=accelerator, **extra)  # fmt: skip
 
 
 def pool(namespace: str, canaries: int, parallel: int) -> list[dict[str, Any]]:
@@ -234,6 +270,17 @@ class Canary:
     started: float = 0.0
     outcome: str | None = None
     violations: list[str] = field(default_factory=list)
+    expected: str = ""
+    """The undisturbed outcome under the run's fallbacks (`expected`); the kind's default one when empty."""
+    paused: str | None = None
+    """Why the canary was Paused, when it was (the run then aborts it, as its owner would)."""
+    reason: str | None = None
+    """The reason its history entry gives for the outcome."""
+    times: dict[str, float] = field(default_factory=dict)
+    """Seconds from the run's start at which it was created, changed, paused, ended and checked."""
+
+    def __post_init__(self) -> None:
+        self.expected = self.expected or EXPECTED[self.kind]
 
 
 def check_invariants(
@@ -251,9 +298,12 @@ def check_invariants(
     if len(mine) != 1:
         problems.append(f"{len(mine)} history entries for canary {canary.revision}")
     outcome = mine[-1]["outcome"] if mine else None
-    if outcome != EXPECTED[canary.kind]:
+    if outcome != canary.expected:
         why = f": {mine[-1]['reason']}" if mine and mine[-1].get("reason") else ""
-        problems.append(f"outcome {outcome}, undisturbed {EXPECTED[canary.kind]}{why}")
+        paused = f" (paused before: {canary.paused})" if canary.paused else ""
+        problems.append(f"outcome {outcome}, undisturbed {canary.expected}{why}{paused}")
+    if canary.kind in PAUSES and canary.expected == EXPECTED[canary.kind] and not canary.paused:
+        problems.append("never paused: a canary whose Prometheus is gone must wait for its owner")
     if outcome == "Promoted" and mine[-1]["reason"] != "all steps passed":
         problems.append(f"promoted without every step passing: {mine[-1]['reason']}")
     if status.get("canaryRevision") or status.get("retiringRevision"):
@@ -280,6 +330,38 @@ def check_invariants(
         if weights != {f"{canary.name}-stable": 100}:
             problems.append(f"the HTTPRoute does not send everything to the stable track: {weights or route}")
     return problems
+
+
+def check_paused(canary: Canary, obj: dict[str, Any], deployments: list[Any]) -> list[str]:
+    """What must hold of a canary the operator has Paused (pure over what was read): a pause for Prometheus
+    errors only, the canary held as it was (in status, its Deployment there, nothing recorded for it) and
+    stable unchanged, not promoted."""
+    status, problems = obj.get("status") or {}, []
+    if canary.kind not in PAUSES:
+        problems.append(f"paused, undisturbed {canary.expected}: {canary.paused}")
+    elif not (canary.paused or "").startswith("Prometheus errors for"):
+        problems.append(f"paused for another reason than Prometheus errors: {canary.paused}")
+    if status.get("canaryRevision") != canary.revision:
+        problems.append(f"paused, but the canary in status is {status.get('canaryRevision')}, not {canary.revision}")
+    if status.get("stableRevision") == canary.revision:
+        problems.append("paused, but the canary is the stable revision (promoted)")
+    if any(h["revision"] == canary.revision for h in status.get("history") or []):
+        problems.append("paused, but an outcome is already recorded for the canary")
+    tracks = {(d.metadata.labels or {}).get(LABEL_TRACK): d for d in deployments}
+    if Track.CANARY not in tracks:
+        problems.append("paused, but the canary Deployment is gone")
+    stable = tracks.get(Track.STABLE)
+    if stable is None or stable.metadata.labels.get(LABEL_REVISION) != status.get("stableRevision"):
+        problems.append("paused, but the stable Deployment is not at status.stableRevision")
+    return problems
+
+
+def paused_reason(status: dict[str, Any]) -> str | None:
+    """Why the operator paused the rollout (the Progressing condition's message), when the phase is Paused."""
+    if status.get("phase") != "Paused":
+        return None
+    conditions = [c for c in status.get("conditions") or [] if c.get("type") == "Progressing"]
+    return conditions[0].get("message", "") if conditions else ""
 
 
 class Replica:
@@ -356,6 +438,9 @@ class Injector:
         self.takeovers: list[float] = []
         self.recoveries: dict[str, list[float]] = {}
         self.errors: list[str] = []
+        self.records: list[dict[str, Any]] = []
+        """Every fault dealt, struck or not: kind, when (seconds from the start), what it struck, or why not."""
+        self.began = time.monotonic()
         self.stop = threading.Event()
         self.fatal: str | None = None
         """Why the run cannot go on (a control-plane component that would not come back)."""
@@ -375,12 +460,15 @@ class Injector:
                 dealt += 1
                 deck = sorted(self.random.sample(self.kinds, len(self.kinds)), key=lambda k: k in NEEDS_A_CANARY)
             kind = deck.pop()
+            at = round(time.monotonic() - self.began, 1)
             try:
-                getattr(self, kind.replace("-", "_"))()
+                target = getattr(self, kind.replace("-", "_"))()
                 self.faults[kind] += 1
-                print(f"{time.strftime('%H:%M:%S')} {kind}", file=self.log, flush=True)
+                self.records.append({"kind": kind, "at_seconds": at, "target": target, "struck": True})
+                print(f"{time.strftime('%H:%M:%S')} {kind} {target}", file=self.log, flush=True)
             except Exception as error:  # a fault that could not be struck is reported, not fatal
                 self.errors.append(f"{kind}: {error}")
+                self.records.append({"kind": kind, "at_seconds": at, "struck": False, "why_not": str(error)})
                 deck.append(kind)
                 print(f"{time.strftime('%H:%M:%S')} {kind} not struck: {error}", file=self.log, flush=True)
             if self.fatal:
@@ -392,7 +480,7 @@ class Injector:
         except API_TROUBLE:
             return None
 
-    def _kill(self, leader: bool) -> None:
+    def _kill(self, leader: bool) -> str:
         holder = self.holder()
         if holder is None:
             raise RuntimeError("no lease holder yet")
@@ -401,6 +489,7 @@ class Injector:
         if not victims:
             raise RuntimeError("no such replica")
         victim = victims[0]
+        target = f"{victim.log.stem} (holder {holder})" if leader else victim.log.stem
         killed = time.monotonic()
         victim.kill()
         time.sleep(self.random.uniform(1, 5))
@@ -411,20 +500,22 @@ class Injector:
                     raise RuntimeError("no takeover within 120 s")
                 time.sleep(0.2)
             self.takeovers.append(time.monotonic() - killed)
+        return target
 
-    def kill_leader(self) -> None:
-        self._kill(leader=True)
+    def kill_leader(self) -> str:
+        return self._kill(leader=True)
 
-    def kill_standby(self) -> None:
-        self._kill(leader=False)
+    def kill_standby(self) -> str:
+        return self._kill(leader=False)
 
-    def stop_prometheus(self) -> None:
+    def stop_prometheus(self) -> str:
         pid = self.prometheus.process.pid
         seconds = self.random.uniform(30, 180) if not self.args.quick else 30
         os.kill(pid, signal.SIGSTOP)
         self._later(seconds, lambda: os.kill(pid, signal.SIGCONT))
+        return f"prometheus for {seconds:.0f} s"
 
-    def edit_child(self) -> None:
+    def edit_child(self) -> str:
         live = [c for c in self.live() if c.state in ("healthy", "canary")]
         if not live:
             raise RuntimeError("no fleet to edit")
@@ -443,8 +534,9 @@ class Injector:
         else:
             self.apps.delete_namespaced_deployment(f"{canary.name}-canary", self.namespace)
         self.edits[what] += 1
+        return f"{canary.name}: {what}"
 
-    def second_writer(self) -> None:
+    def second_writer(self) -> str:
         live = [c for c in self.live() if c.state == "canary"]
         if not live:
             raise RuntimeError("no canary to race")
@@ -453,8 +545,9 @@ class Injector:
             body = {"metadata": {"annotations": {"chaos.specfleet.io/touch": str(n)}}}
             self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name, body)
             time.sleep(0.1)
+        return name
 
-    def delete_node(self) -> None:
+    def delete_node(self) -> str:
         pods = self.core.list_namespaced_pod(self.namespace, label_selector=f"{LABEL_TRACK}={Track.CANARY}").items
         nodes = sorted({p.spec.node_name for p in pods if p.spec.node_name})
         if not nodes:
@@ -473,8 +566,10 @@ class Injector:
                 self.core.create_node(manifest)
 
         self._later(60, put_back)
+        held = sorted(p.metadata.name for p in pods if p.spec.node_name == node.metadata.name)
+        return f"{node.metadata.name} (canary pods {', '.join(held)})"
 
-    def break_scrapes(self) -> None:
+    def break_scrapes(self) -> str:
         live = [c for c in self.live() if c.state == "canary"]
         if not live:
             raise RuntimeError("no canary whose scrapes to break")
@@ -484,7 +579,9 @@ class Injector:
         glob = f"{self.namespace}/{name}-{track}*"
         self.world.break_scrapes(glob, answer)
         self.broken_scrapes[f"{track or 'both-'}{answer}"] += 1
-        self._later(self.random.uniform(30, 180) if not self.args.quick else 30, lambda: self.world.mend_scrapes(glob))
+        seconds = self.random.uniform(30, 180) if not self.args.quick else 30
+        self._later(seconds, lambda: self.world.mend_scrapes(glob))
+        return f"{glob} answering {answer} for {seconds:.0f} s"
 
     def _later(self, seconds: float, undo: Callable[[], None]) -> None:
         timer = threading.Timer(seconds, undo)
@@ -500,7 +597,7 @@ class Injector:
                 timer.cancel()
                 timer.function(*timer.args)
 
-    def _restart(self, component: str) -> None:
+    def _restart(self, component: str) -> str:
         """Stop a control-plane component and start it again with its recorded command line (data kept).
 
         Starting is retried for two minutes (its port may linger in TIME_WAIT); a component that cannot be
@@ -521,12 +618,13 @@ class Injector:
                     raise
                 time.sleep(5)
         self.recoveries.setdefault(component, []).append(time.monotonic() - began)
+        return f"{component} (back after {time.monotonic() - began:.1f} s)"
 
-    def restart_kube_apiserver(self) -> None:
-        self._restart("kube-apiserver")
+    def restart_kube_apiserver(self) -> str:
+        return self._restart("kube-apiserver")
 
-    def restart_etcd(self) -> None:
-        self._restart("etcd")
+    def restart_etcd(self) -> str:
+        return self._restart("etcd")
 
 
 def play(args: argparse.Namespace, cluster: Any, namespace: str, work: Path) -> dict[str, Any]:
@@ -534,9 +632,10 @@ def play(args: argparse.Namespace, cluster: Any, namespace: str, work: Path) -> 
     api = cluster.api_client()
     custom, core, apps = (kubernetes.client.CustomObjectsApi(api), kubernetes.client.CoreV1Api(api),
                           kubernetes.client.AppsV1Api(api))  # fmt: skip
-    kinds = list(EXPECTED) if args.quick else [list(EXPECTED)[i % len(EXPECTED)] for i in range(args.canaries)]
+    kinds = list(args.kinds) if args.quick else [args.kinds[i % len(args.kinds)] for i in range(args.canaries)]
     random.Random(args.seed).shuffle(kinds)
-    canaries = [Canary(f"c{i:03d}-{kind}", kind, routed=i % 2 == 1) for i, kind in enumerate(kinds)]
+    canaries = [Canary(f"c{i:03d}-{kind}", kind, routed=i % 2 == 1, expected=expected(kind, args.fallbacks))
+                for i, kind in enumerate(kinds)]  # fmt: skip
     install_httproute_crd(cluster)
     scenario_file, targets = work / "scenario.yaml", work / "file_sd"
     targets.mkdir(exist_ok=True)
@@ -563,7 +662,7 @@ def play(args: argparse.Namespace, cluster: Any, namespace: str, work: Path) -> 
                 striker = threading.Thread(target=injector.run, daemon=True)
                 striker.start()
                 try:
-                    drive(args, canaries, custom, core, apps, namespace, world, lambda: injector.fatal)
+                    drive(args, canaries, custom, core, apps, namespace, world, lambda: injector.fatal, began)
                 finally:
                     injector.stop.set()
                     striker.join(timeout=300)
@@ -572,11 +671,12 @@ def play(args: argparse.Namespace, cluster: Any, namespace: str, work: Path) -> 
         for node in nodes:
             with contextlib.suppress(*API_TROUBLE):
                 core.delete_node(node["metadata"]["name"])
-    matched = [c for c in canaries if c.outcome == EXPECTED[c.kind]]
+    matched = [c for c in canaries if c.outcome == c.expected]
     return {
         "settings": {
             "canaries": len(canaries), "parallel": args.parallel, "fault_every_seconds": args.fault_every,
-            "component_restarts": args.component_restarts, "seed": args.seed, "rollout": ROLLOUT,
+            "component_restarts": args.component_restarts, "seed": args.seed, "fallbacks": args.fallbacks,
+            "kinds": list(args.kinds), "rollout": rollout_of(args.fallbacks),
         },
         "seconds": round(time.monotonic() - began),
         "faults": dict(sorted(injector.faults.items())),
@@ -587,9 +687,25 @@ def play(args: argparse.Namespace, cluster: Any, namespace: str, work: Path) -> 
         "run_ended_early": injector.fatal,
         "outcomes_matching": f"{len(matched)}/{len(canaries)}",
         "outcomes": dict(Counter(f"{c.kind}: {c.outcome}" for c in canaries)),
+        "paused": {c.name: c.paused for c in canaries if c.paused},
         "invariant_violations": [f"{c.name}: {v}" for c in canaries for v in c.violations],
         "leader_takeover_seconds": summary(injector.takeovers),
         "restart_recovery_seconds": {k: summary(v) for k, v in injector.recoveries.items()},
+        "canary_records": [record(c) for c in canaries],
+        "fault_records": injector.records,
+    }  # fmt: skip
+
+
+def record(canary: Canary) -> dict[str, Any]:
+    """One canary as the raw output keeps it."""
+    times = canary.times
+    changed, ended_at = times.get("changed"), times.get("ended")
+    return {
+        "name": canary.name, "kind": canary.kind, "routed": canary.routed, "revision": canary.revision,
+        "expected": canary.expected, "outcome": canary.outcome, "reason": canary.reason, "paused": canary.paused,
+        "seconds_from_start": times,
+        "change_to_outcome_seconds": round(ended_at - changed, 1) if changed is not None and ended_at else None,
+        "violations": canary.violations,
     }  # fmt: skip
 
 
@@ -600,9 +716,16 @@ def summary(values: list[float]) -> dict[str, Any]:
 
 
 def drive(args: argparse.Namespace, canaries: list[Canary], custom: Any, core: Any, apps: Any, namespace: str,
-          world: World, fatal: Callable[[], str | None]) -> None:  # fmt: skip
-    """Move every canary through create -> Healthy -> changed -> ended -> checked -> deleted, `parallel` at once."""
+          world: World, fatal: Callable[[], str | None], began: float | None = None) -> None:  # fmt: skip
+    """Move every canary through create -> Healthy -> changed -> (paused -> aborted) -> ended -> checked ->
+    deleted, `parallel` at once."""
+    began = time.monotonic() if began is None else began
+
+    def mark(c: Canary, moment: str) -> None:
+        c.times[moment] = round(time.monotonic() - began, 1)
+
     deadline = time.monotonic() + args.timeout
+    abort_later: list[Canary] = []
     while any(c.state != "done" for c in canaries):
         if time.monotonic() > deadline or fatal():
             why = fatal() or f"did not end within {args.timeout}s"
@@ -620,8 +743,10 @@ def drive(args: argparse.Namespace, canaries: list[Canary], custom: Any, core: A
                                 route(c.name))  # fmt: skip
                     for node in full_pool(c) if c.kind == "swap" else ():
                         created(core.create_node, node)
-                    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, initial_fleet(c))
+                    custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                                           initial_fleet(c, args.fallbacks))  # fmt: skip
                     c.state, c.started = "starting", time.monotonic()
+                    mark(c, "created")
                     active.append(c)
         try:
             items = custom.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
@@ -639,14 +764,27 @@ def drive(args: argparse.Namespace, canaries: list[Canary], custom: Any, core: A
                         GROUP, VERSION, namespace, PLURAL, c.name, {"spec": canary_spec(c.kind, c.name)}
                     )
                     c.state = "canary"
+                    mark(c, "changed")
             elif c.state == "canary" and c.revision is None and status.get("canaryRevision"):
                 c.revision = status["canaryRevision"]
             elif c.state == "canary" and c.kind == "turns-bad" and c.name not in world.victims and judged(status, c):
                 world.turn_bad(c.name)  # its drafter turns bad after its first analysis
             elif c.state == "canary" and c.revision and ended(status, c.revision):
-                c.outcome = next(h["outcome"] for h in status["history"] if h["revision"] == c.revision)
+                entry = next(h for h in status["history"] if h["revision"] == c.revision)
+                c.outcome, c.reason = entry["outcome"], entry.get("reason")
                 c.state = "settling"
                 c.started = time.monotonic()
+                mark(c, "ended")
+            elif c.state == "canary" and c.revision and c.paused is None and (why := paused_reason(status)) is not None:
+                # held for a human: check what the pause must keep, then abort as the fleet's owner would
+                try:
+                    deployments = apps.list_namespaced_deployment(namespace, label_selector=f"{LABEL_NAME}={c.name}")
+                except API_TROUBLE:
+                    continue
+                c.paused = why
+                mark(c, "paused")
+                c.violations += check_paused(c, obj or {}, deployments.items)
+                abort_later.append(c)
             elif c.state == "settling" and time.monotonic() - c.started > 45 and obj is not None:
                 selector = f"{LABEL_NAME}={c.name}"
                 try:
@@ -665,6 +803,12 @@ def drive(args: argparse.Namespace, canaries: list[Canary], custom: Any, core: A
                         core.delete_node(node["metadata"]["name"])
                 c.state = "done"
                 print(f"{c.name}: {c.outcome} {'OK' if not c.violations else c.violations}", file=sys.stderr)
+        for c in list(abort_later):
+            with contextlib.suppress(*API_TROUBLE):
+                stamp = f"user revision={c.revision} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
+                body = {"metadata": {"annotations": {"specfleet.io/abort": stamp}}}
+                custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, c.name, body)
+                abort_later.remove(c)
         time.sleep(1)
 
 
@@ -700,12 +844,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--quick", action="store_true", help="one canary of each kind, each kind of fault once, every 8 s"
     )
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--fallbacks", choices=sorted(FALLBACKS), default="default",
+        help="the rollouts' onNoData/onProviderError: the product's defaults (Rollback after 30m, Pause after 10m) "
+        "or tolerant (Rollback after 10m and 5m)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--kinds", type=lambda text: text.split(","), default=list(EXPECTED),
+        help=f"comma-separated kinds of canary to deal (default all: {','.join(EXPECTED)})",
+    )  # fmt: skip
+    parser.add_argument("--output", type=Path, help="also write the figures with every canary's and fault's record")
     parser.add_argument("--timeout", type=float, default=3600.0, help="give up on canaries not ended by then")
     parser.add_argument("--state-dir", type=Path, default=Path(tempfile.gettempdir()) / "specfleet-chaos")
     parser.add_argument("--keep", action="store_true", help="leave the cluster running")
     args = parser.parse_args(argv)
+    unknown = set(args.kinds) - set(EXPECTED)
+    if unknown:
+        parser.error(f"unknown kinds {sorted(unknown)}; known: {','.join(EXPECTED)}")
     if args.quick:
-        args.fault_every, args.rounds, args.timeout = 8.0, 1, min(args.timeout, 900.0)
+        args.fault_every, args.rounds, args.timeout = 8.0, 1, min(args.timeout, 1200.0)
     return args
 
 
@@ -713,8 +870,22 @@ def main() -> None:
     args = parse_args()
     work = Path(tempfile.mkdtemp(prefix="specfleet-chaos-"))
     print(f"logs in {work}", file=sys.stderr)
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     with cluster_session(args.state_dir, 1, keep=args.keep) as (cluster, namespace):  # the run brings its own nodes
-        print(json.dumps(play(args, cluster, namespace, work), indent=2))
+        figures = play(args, cluster, namespace, work)
+    raw = figures.pop("canary_records"), figures.pop("fault_records")
+    print(json.dumps(figures, indent=2))
+    if args.output:
+        command = ["python", "benchmarks/chaos.py", *sys.argv[1:]]
+        document = {
+            "command": " ".join(command),
+            "started": started,
+            **figures,
+            "canary_records": raw[0],
+            "fault_records": raw[1],
+        }
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(document, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -22,9 +22,13 @@ pytestmark = pytest.mark.integration
 def test_a_short_chaos_run_keeps_every_invariant(
     dev_cluster: ClusterInfo, crd_installed: None, namespace: str, tmp_path: Path
 ) -> None:
-    figures = chaos.play(chaos.parse_args(["--quick", "--seed", "3"]), dev_cluster, namespace, tmp_path)
+    # with the product's default fallbacks; a fleet whose Prometheus is gone waits 10 minutes for its pause, so
+    # that kind is left to the benchmark
+    kinds = [kind for kind in chaos.EXPECTED if kind not in chaos.PAUSES]
+    args = chaos.parse_args(["--quick", "--seed", "3", "--kinds", ",".join(kinds)])
+    figures = chaos.play(args, dev_cluster, namespace, tmp_path)
     assert figures["invariant_violations"] == [], figures
-    assert figures["outcomes_matching"] == f"{len(chaos.EXPECTED)}/{len(chaos.EXPECTED)}", figures
+    assert figures["outcomes_matching"] == f"{len(kinds)}/{len(kinds)}", figures
     not_struck = set(chaos.FAULTS) - set(figures["faults"])  # every kind struck while the canaries ran
     assert not not_struck, (not_struck, figures["faults_not_struck"], figures["seconds"])
     assert all(n.startswith((f"chaos-{namespace}-", "full-c")) for n in figures["deleted_nodes"]), figures  # its own

@@ -1,6 +1,7 @@
 """One analysis of a live canary: read both tracks' evidence from Prometheus, then let the pure judge decide."""
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -28,6 +29,16 @@ from specfleet.rollout.types import FleetLook
 from specfleet.stats import Binned
 
 MAX_REASON = 1000
+POSITION = re.compile(r"[0-9]{1,3}")
+"""A draft position label as vLLM writes it. Not `str.isdigit`, which takes a superscript `int` refuses, an
+Arabic-Indic digit it reads as another number, and thousands of digits it will not convert."""
+STALE_SCRAPES = 3
+STALE_SECONDS = 30.0
+"""A track's newest sample may be this many scrape intervals, and at least this many seconds, older than the
+analysis time (a scrape in progress, a remote write on its way, clocks a little apart); older, Prometheus is
+behind: its evidence stops short of now and cannot show the canary good now."""
+FRESHNESS_LOOKBACK = 300.0
+"""How far back the newest sample of a track is looked for (Prometheus' own default lookback)."""
 SLICES = 6
 """Slices of a fleet look's window whose means bound the speed-up over a holdback (batch means)."""
 
@@ -80,7 +91,7 @@ def evidence(
     histograms = {field: _binned(provider, metric, selector, r, at) for field, metric in promql.HISTOGRAMS.items()}
     gauges = {field: provider.scalar(query, at) for field, query in promql.gauges(selector, r).items()}
     per_position = provider.by_label(promql.accepted_by_position(selector, r), "position", at)
-    positions = sorted(int(p) for p in per_position if p.isdigit())
+    positions = sorted(int(p) for p in per_position if POSITION.fullmatch(p))
     return TrackEvidence(
         token_latency=histograms["token_latency"],
         step_latency=histograms["step_latency"],
@@ -128,6 +139,27 @@ def scraped_seconds(
         return seconds  # no series at all: the evidence is empty whatever the range
     scrape = max((i for i in intervals if i is not None), default=at - youngest)
     return max(0.0, min(seconds, at - (youngest + scrape)))
+
+
+def stale_tracks(provider: MetricsProvider, tracks: dict[str, promql.TrackSelector], at: float) -> list[str]:
+    """A reason for each track whose newest sample in Prometheus is too old for its evidence to reach the
+    analysis time `at`: Prometheus lags (a remote-write pipeline, an agent or a scrape loop behind) or no
+    longer scrapes the track's pods (targets gone, scrapes failing). Fresh tracks give none."""
+    lookback = promql.seconds(FRESHNESS_LOOKBACK)
+    reasons = []
+    for name, selector in tracks.items():
+        newest = provider.scalar(promql.newest_sample(selector, lookback, "1s"), at)
+        if newest is None:
+            reasons.append(f"no sample of the {name} track in the last {lookback}: Prometheus does not scrape its pods")
+            continue
+        interval = provider.scalar(promql.scrape_interval(selector, lookback, "1s"), at)
+        allowed = max(STALE_SCRAPES * (interval or 0.0), STALE_SECONDS)
+        if at - newest > allowed:
+            reasons.append(
+                f"the {name} track's newest sample is {at - newest:.0f}s old (more than {allowed:.0f}s): Prometheus"
+                " is behind or no longer scrapes its pods, so the evidence stops short of now"
+            )
+    return reasons
 
 
 def evidence_seconds(sdep: SpeculativeDeployment, since: datetime | None, now: datetime) -> float:
@@ -197,6 +229,9 @@ def _analyze(
         try:
             at = now.timestamp()
             seconds = scraped_seconds(provider, (measured, stable, *others), seconds, at)
+            named = {track.value: measured, Track.STABLE.value: stable}
+            named.update({f"{track.value} {r}": s for r, s in zip(beside, others, strict=True)})
+            stale = stale_tracks(provider, named, at)
             custom = spec.rollout.guardrails.custom
             measured_evidence = evidence(provider, measured, seconds, at, custom)
             stable_evidence = evidence(provider, stable, seconds, at, custom)
@@ -235,15 +270,18 @@ def _analyze(
         recent=recent,
         pairs=tally(pairs, now),
     )
-    ANALYSES.labels(result.verdict.value).inc()
+    verdict, reasons = result.verdict, list(result.reasons)
+    if stale and verdict is not Verdict.FAIL:  # old evidence of harm is still harm; of health, not health now
+        verdict, reasons = Verdict.INCONCLUSIVE, stale + reasons
+    ANALYSES.labels(verdict.value).inc()
     return Analysis(
         time=now,
         revision=revision,
         step=step,
         look=look,
         evidence_seconds=round(seconds),
-        verdict=result.verdict,
-        reasons=[r[:MAX_REASON] for r in result.reasons[:MAX_REASONS]],
+        verdict=verdict,
+        reasons=[r[:MAX_REASON] for r in reasons[:MAX_REASONS]],
         checks=list(result.checks),
         canary=result.canary,
         stable=result.stable,

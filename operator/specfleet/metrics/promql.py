@@ -89,8 +89,10 @@ def gauge_max(metric: str, s: TrackSelector, r: str) -> str:
 
 
 def histogram_mean(histogram: str, s: TrackSelector, r: str) -> str:
-    """The mean observation over the range, from the histogram's `_sum` and `_count`."""
-    return f"{increase(histogram + '_sum', s, r)} / {increase(histogram + '_count', s, r)}"
+    """The mean observation over the range, from the histogram's `_sum` and `_count`. The count is kept only
+    when positive, so no observation is no answer rather than a division by zero (NaN, or an infinity that
+    the provider refuses as malformed)."""
+    return f"{increase(histogram + '_sum', s, r)} / ({increase(histogram + '_count', s, r)} > 0)"
 
 
 def _pod_series(s: TrackSelector) -> str:
@@ -105,6 +107,13 @@ def _first_sample(s: TrackSelector, r: str, step: str) -> str:
 def youngest_series_start(s: TrackSelector, r: str, step: str) -> str:
     """When Prometheus first scraped the track's youngest pod within the range (Unix time, late by < `step`)."""
     return f"max({_first_sample(s, r, step)})"
+
+
+def newest_sample(s: TrackSelector, r: str, step: str) -> str:
+    """When Prometheus last has a sample of any of the track's pods within the range (Unix time, early by <
+    `step`). A subquery, not an instant `timestamp()`: that one is empty once a series is marked stale, and
+    the age of the last sample is what says how far behind the data is."""
+    return f"max(max_over_time(timestamp({_pod_series(s)})[{r}:{step}]))"
 
 
 def scrape_interval(s: TrackSelector, r: str, step: str) -> str:

@@ -1,5 +1,6 @@
 """`Pass`: one decision in the making, as a frozen value. Every transition takes one and returns the next."""
 
+import json
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -22,6 +23,28 @@ def served_spec(
         if override is not None and revision == override.revision:
             return spec.with_serving(override.serving)
     return spec_for_revision(spec, status.experiment, revision)
+
+
+UNDOABLE = (Outcome.PROMOTED, Outcome.CREATED)
+"""Outcomes of revisions that served as stable: `undo` returns to them, so their entries keep the serving part of
+their spec. A canary rolled back or aborted never served; its config is not kept."""
+HISTORY_SERVING_BYTES = 256 * 1024
+"""JSON bytes of serving snapshots the history keeps. A spec's serving part can be hundreds of KB (64
+environment variables of 4 KiB); 50 entries of it made a 12.9 MiB status, which etcd refuses (1.5 MiB)."""
+
+
+def kept_serving(history: list[HistoryEntry]) -> list[HistoryEntry]:
+    """The history with the serving snapshots of its newest entries within HISTORY_SERVING_BYTES: older ones
+    lose theirs (undo can no longer go that far back). The newest snapshot is always kept."""
+    kept, spent = [], 0
+    for entry in reversed(history):
+        if entry.serving is not None:
+            newest = spent == 0
+            spent += len(json.dumps(entry.serving, separators=(",", ":")))
+            if not newest and spent > HISTORY_SERVING_BYTES:
+                entry = entry.model_copy(update={"serving": None})
+        kept.append(entry)
+    return kept[::-1]
 
 
 @dataclass(frozen=True)
@@ -130,9 +153,10 @@ class Pass:
             acceptance_alpha=measured.acceptance_alpha if measured else None,
             acceptance_rate=measured.acceptance_rate if measured else None,
             token_latency_p95_seconds=measured.token_latency_p95_seconds if measured else None,
-            serving=spec.serving() if of_current_spec else None,
+            serving=spec.serving() if of_current_spec and outcome in UNDOABLE else None,
         )
-        return self.with_status(history=[*self.status.history, entry][-self.spec.rollout.history_limit :])
+        history = [*self.status.history, entry][-self.spec.rollout.history_limit :]
+        return self.with_status(history=kept_serving(history))
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ All on one loopback port:
     GET /pods/<namespace>/<pod>/metrics   the pod's vLLM metrics (503 until the pod is Ready, 404 unknown)
     POST /pods/<namespace>/<pod>/v1/completions             OpenAI completions (streamed or not), served
     POST /tracks/<namespace>/<sdep>/<track>/v1/completions  by the pod's engine (a track: its Ready pods in turn)
+    POST /pods/<namespace>/<pod>/restart  vLLM in the pod starts again: its counters from 0 (404 unknown/unready)
     GET  .../v1/models                    the served model, for OpenAI clients
     GET /scenario, PUT /scenario          the scenario document (YAML or JSON body; 400 names bad fields)
     GET /pods                             what is simulated: matched pair, expected acceptance, step time
@@ -70,6 +71,8 @@ class SimulatorApi(Protocol):
 
     def describe(self) -> list[dict[str, Any]]: ...
 
+    def restart(self, namespace: str, name: str) -> bool: ...
+
     def metrics(self, namespace: str, name: str) -> tuple[HTTPStatus, bytes]: ...
 
     def models(self, route: OpenAIRoute) -> dict[str, Any]: ...
@@ -91,6 +94,13 @@ def handler_for(sim: SimulatorApi) -> type[LoopbackHandler]:
                 self._send_json(error.status, error.body())
 
         def do_POST(self) -> None:
+            parts = self.path.split("?", 1)[0].strip("/").split("/")
+            if len(parts) == 4 and parts[0] == "pods" and parts[3] == "restart":
+                if sim.restart(parts[1], parts[2]):
+                    self._send(HTTPStatus.OK, b"restarted\n")
+                else:
+                    self._send(HTTPStatus.NOT_FOUND, b"no Ready pod of that name\n")
+                return
             route = openai_route(self.path.split("?", 1)[0])
             if route is None or route.endpoint != "completions":
                 self._send(HTTPStatus.NOT_FOUND, b"not found\n")

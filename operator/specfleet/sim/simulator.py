@@ -4,6 +4,7 @@
                     namespaces=["team-a"], seed=1).start()
     sim.url                     # http://127.0.0.1:<port>
     sim.set_scenario(load_scenario(other))   # or PUT <url>/scenario
+    sim.restart("team-a", "llama-canary-0")  # or POST <url>/pods/team-a/llama-canary-0/restart
     sim.stop()
 
 Simulated time is wall time: engines advance to "now" when scraped, once a second on a ticker, and
@@ -73,6 +74,8 @@ class SimulatedPod:
     engine: Engine | None = None
     created: float = 0.0
     """Wall-clock start of the engine: the `_created` samples."""
+    restarts: int = 0
+    """Engines started again in this pod (`Simulator.restart`)."""
 
 
 class Simulator:
@@ -264,6 +267,21 @@ class Simulator:
     def _configure(self, info: PodInfo, gpu: GpuProduct) -> tuple[EngineConfig, int | None]:
         params = resolve(self._scenario, info.identity)
         return configure(info.args, params, gpu), params.matched
+
+    def restart(self, namespace: str, name: str) -> bool:
+        """vLLM's process in the pod starts again, as after a container restart: a fresh engine whose counters
+        and histograms start from 0 (with a new `_created`), under the same target, so Prometheus sees the same
+        series reset. Requests in flight on the old engine end with it. False for an unknown or unready pod."""
+        with self.lock:
+            pod = self._pods.get(f"{namespace}/{name}")
+            if pod is None or pod.engine is None:
+                return False
+            pod.restarts += 1
+            rng = random.Random(f"{self.seed}/{pod.info.key}/{pod.restarts}")
+            pod.engine = Engine(pod.config, pod.info.args.histogram_buckets, rng, self.clock())
+            pod.created = time.time()
+        log.info("pod %s/%s restarted its engine (restart %d)", namespace, name, pod.restarts)
+        return True
 
     # output
 

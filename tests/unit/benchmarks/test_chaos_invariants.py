@@ -94,3 +94,92 @@ def test_an_unrouted_fleet_keeps_no_track_service() -> None:
     problems = chaos.check_invariants(chaos.Canary("c1", "good", revision="new"), ended("Promoted"), IN_ORDER[0],
                                       ROUTED_SERVICES)  # fmt: skip
     assert any("other Services left: ['c1-stable']" in p for p in problems), problems
+
+
+def paused(canary: str = "new", stable: str = "old", history: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A fleet the operator has Paused with its canary live, as the run reads it."""
+    return {
+        "spec": {"replicas": 1},
+        "status": {"phase": "Paused", "stableRevision": stable, "canaryRevision": canary, "history": history or []},
+    }
+
+
+HELD = [deployment("c1-stable", "stable", "old"), deployment("c1-canary", "canary", "new")]
+PAUSE_REASON = "Prometheus errors for 10m: Prometheus at http://127.0.0.1:9: connection refused"
+
+
+def gone(**fields: Any) -> Any:
+    return chaos.Canary("c1", "prometheus-gone", revision="new", **{"paused": PAUSE_REASON, **fields})
+
+
+def test_a_canary_held_by_a_pause_for_prometheus_errors_passes() -> None:
+    assert chaos.check_paused(gone(), paused(), HELD) == []
+
+
+@pytest.mark.parametrize(
+    ("canary", "obj", "deployments", "expected"),
+    [
+        (
+            chaos.Canary("c1", "good", revision="new", paused=PAUSE_REASON),
+            paused(),
+            HELD,
+            "paused, undisturbed Promoted",
+        ),
+        (gone(paused="no conclusive data for 30m: ..."), paused(), HELD, "another reason than Prometheus errors"),
+        (gone(), paused(canary="other"), HELD, "the canary in status is other"),
+        (gone(), paused(stable="new"), HELD, "promoted"),
+        (gone(), paused(history=[{"revision": "new", "outcome": "RolledBack"}]), HELD, "already recorded"),
+        (gone(), paused(), HELD[:1], "the canary Deployment is gone"),
+        (gone(), paused(), HELD[1:], "the stable Deployment is not at status.stableRevision"),
+    ],
+)
+def test_each_way_a_pause_is_out_of_order_is_named(canary: Any, obj: dict, deployments: list, expected: str) -> None:
+    problems = chaos.check_paused(canary, obj, deployments)
+    assert any(expected in p for p in problems), problems
+
+
+def test_the_pause_is_read_from_the_progressing_condition_only_while_paused() -> None:
+    condition = {
+        "type": "Progressing",
+        "reason": "AnalysisFailedPaused",
+        "message": PAUSE_REASON + "; promote or abort",
+    }
+    assert chaos.paused_reason({"phase": "Paused", "conditions": [condition]}) == condition["message"]
+    assert chaos.paused_reason({"phase": "Progressing", "conditions": [condition]}) is None
+
+
+def test_a_canary_whose_prometheus_is_gone_must_be_paused_then_aborted_under_the_default_fallbacks() -> None:
+    assert chaos.expected("prometheus-gone", "default") == "Aborted"
+    aborted = ended("Aborted", reason="aborted by the user", stable="old")
+    in_order = ([deployment("c1-stable", "stable", "old")], [service("c1")])
+    assert chaos.check_invariants(gone(), aborted, *in_order) == []
+    never_paused = chaos.Canary("c1", "prometheus-gone", revision="new")
+    assert "never paused" in " ".join(chaos.check_invariants(never_paused, aborted, *in_order))
+
+
+def test_under_the_tolerant_fallbacks_a_canary_whose_prometheus_is_gone_is_rolled_back_unpaused() -> None:
+    assert chaos.expected("prometheus-gone", "tolerant") == "RolledBack"
+    canary = chaos.Canary(
+        "c1", "prometheus-gone", revision="new", expected=chaos.expected("prometheus-gone", "tolerant")
+    )
+    rolled_back = ended("RolledBack", reason="Prometheus errors for 5m: ...", stable="old")
+    assert (
+        chaos.check_invariants(canary, rolled_back, [deployment("c1-stable", "stable", "old")], [service("c1")]) == []
+    )
+
+
+def test_a_canary_paused_that_should_have_ended_on_its_own_is_named_with_the_pause() -> None:
+    canary = chaos.Canary("c1", "good", revision="new", paused="no conclusive data for 30m: error rate ...")
+    aborted = ended("Aborted", reason="aborted by the user", stable="old")
+    problems = chaos.check_invariants(canary, aborted, [deployment("c1-stable", "stable", "old")], [service("c1")])
+    assert any("undisturbed Promoted" in p and "paused before: no conclusive data" in p for p in problems), problems
+
+
+@pytest.mark.parametrize("fallbacks", ["default", "tolerant"])
+def test_the_default_fallbacks_leave_the_analysis_to_the_api_servers_defaults(fallbacks: str) -> None:
+    analysis = chaos.rollout_of(fallbacks)["analysis"]
+    if fallbacks == "default":  # what a user who writes none gets: the CRD's defaults, not a copy of them
+        assert "onNoData" not in analysis and "onProviderError" not in analysis
+    else:
+        assert analysis["onProviderError"] == {"after": "5m", "action": "Rollback"}
+    assert chaos.parse_args([]).fallbacks == "default"

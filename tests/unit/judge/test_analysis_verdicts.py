@@ -36,18 +36,25 @@ class Answers:
         fail: bool = False,
         missing: tuple[str, ...] = (),
         seen_for: dict[str, float] | None = None,
+        newest: dict[str, float | None] | None = None,
     ) -> None:
         self.first, self.fail, self.queries, self.times = canary_first_position, fail, [], set()
         self.missing = missing
         """Metrics Prometheus has no series of (an empty answer, or NaN: both reach the judge as None)."""
         self.seen_for = seen_for or {}
         """Seconds since the youngest pod of each track (or revision) was first scraped (every 5 s; else an hour)."""
+        self.newest = newest or {}
+        """Age in seconds of each track's newest sample (None: none in the lookback); 2 s unless told."""
 
     def scalar(self, query: str, at: float | None = None) -> float | None:
         self.queries.append(query)
         self.times.add(at)
         if self.fail:
             raise ProviderError("Prometheus at http://x: connection refused")
+        if query.startswith("max(max_over_time(timestamp("):  # the newest sample
+            track = next(t for t in ("canary", "stable", "candidate") if f'track="{t}"' in query)
+            age = self.newest.get(track, 2.0)
+            return None if age is None else NOW.timestamp() - age
         if "timestamp(" in query:
             named = [key for key in self.seen_for if f'="{key}"' in query]
             if "count_over_time" in query:
@@ -187,3 +194,29 @@ def test_evidence_grows_from_the_step_start_past_the_window() -> None:
     analysis = analyze(answers, SpeculativeDeployment.from_mapping(spec), status, NOW)
     assert analysis.evidence_seconds == 1200
     assert any("[1200s]" in q for q in answers.queries)
+
+
+@pytest.mark.parametrize("track", ["canary", "stable"])
+def test_evidence_whose_newest_sample_is_old_is_inconclusive_never_a_pass(track: str) -> None:
+    """Prometheus behind by 2 minutes (a remote-write pipeline or a scrape loop stalled) still holds evidence
+    enough to pass: not a Pass now, and the reason says how old the data is."""
+    _, analysis = run(Answers(newest={track: 120.0}))
+    assert analysis.verdict is Verdict.INCONCLUSIVE
+    assert analysis.reasons[0].startswith(f"the {track} track's newest sample is 120s old (more than 30s)")
+
+
+def test_a_track_without_any_recent_sample_is_named() -> None:
+    _, analysis = run(Answers(newest={"canary": None}))
+    assert analysis.verdict is Verdict.INCONCLUSIVE
+    assert analysis.reasons[0].startswith("no sample of the canary track in the last 300s")
+
+
+def test_samples_within_three_scrapes_or_30_s_are_fresh() -> None:
+    _, analysis = run(Answers(newest={"canary": 29.0, "stable": 5.0}))
+    assert analysis.verdict is Verdict.PASS, analysis.reasons
+
+
+def test_old_evidence_of_harm_still_fails() -> None:
+    """A stale Prometheus cannot make a canary shown bad good: the Fail stands."""
+    _, analysis = run(Answers(canary_first_position=600.0, newest={"canary": 120.0}))
+    assert analysis.verdict is Verdict.FAIL

@@ -37,7 +37,7 @@ VALUES = st.one_of(
 as malformed) and, for increases, not negative (Prometheus corrects counter resets)."""
 LABELS = {
     "le": st.sampled_from(["+Inf", "0.001", "0.005", "0.02", "0.1", "1", "1e308", "0"]),
-    "position": st.sampled_from(["0", "1", "2", "3", "7"]),
+    "position": st.sampled_from(["0", "1", "2", "3", "7", "²", "٣", "9" * 5000]),  # what isdigit takes, int not
     "finished_reason": st.sampled_from(["stop", "length", "error", "abort"]),
     "pod": st.sampled_from(["a", "b", "c"]),
 }

@@ -8,9 +8,10 @@ answers slower than the client's timeout. The Prometheus provider and the analys
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -31,6 +32,10 @@ STATUS = SpeculativeDeploymentStatus(
 )
 TIMEOUT = 0.3
 SAMPLE_VALUES = st.sampled_from(["1", "0", "NaN", "+Inf", "-Inf", "1e400", "abc", "", "-3"]) | st.floats().map(str)
+ODD_DIGITS = ["²", "٣", "9" * 5000]
+"""Label values `str.isdigit` takes for digits that `int` refuses or reads as another number (a superscript,
+an Arabic-Indic three, more digits than Python converts)."""
+LABEL_VALUES = SAMPLE_VALUES | st.sampled_from(ODD_DIGITS)
 ODD_JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=5),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
@@ -42,7 +47,7 @@ ODD_JSON = st.recursive(
 def vector(draw: st.DrawFn) -> str:
     """A query result in Prometheus' shape, with any number of series and any values in it."""
     series = [
-        {"metric": draw(st.dictionaries(st.sampled_from(["le", "position", "pod", "x"]), SAMPLE_VALUES, max_size=2)),
+        {"metric": draw(st.dictionaries(st.sampled_from(["le", "position", "pod", "x"]), LABEL_VALUES, max_size=2)),
          "value": draw(st.sampled_from([[1.0, draw(SAMPLE_VALUES)], [1.0], "1", None, [1.0, 2.0]]))}
         for _ in range(draw(st.integers(min_value=0, max_value=40)))
     ]  # fmt: skip
@@ -65,6 +70,8 @@ class Script:
     body = "{}"
     status = 200
     delay = 0.0
+    by_query: Callable[[str], str] | None = None
+    """When set, the body for each query (its PromQL), instead of `body`."""
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -73,7 +80,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.script.delay:
             time.sleep(self.script.delay)  # an answer slower than the client's timeout, not an assertion
-        payload = self.script.body.encode("utf-8", "replace")
+        query = parse_qs(urlsplit(self.path).query).get("query", [""])[0]
+        body = self.script.body if self.script.by_query is None else self.script.by_query(query)
+        payload = body.encode("utf-8", "replace")
         self.send_response(self.script.status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
@@ -137,3 +146,23 @@ def test_credentials_and_the_body_of_a_refusal_stay_out_of_the_reasons(server: s
     for secret in ("pass-in-url", "alice", "query-secret", "bearer-secret", "fragment"):
         assert secret not in said
     assert all(len(reason) < 300 and "\n" not in reason for reason in analysis.reasons)
+
+
+@pytest.mark.parametrize("position", ODD_DIGITS, ids=["superscript", "arabic-indic", "5000-digits"])
+def test_a_position_that_is_not_a_plain_number_is_no_exception(server: str, position: str) -> None:
+    """Per-position acceptance is read by the `position` label; one that is not ASCII digits is not a position."""
+
+    def answer(query: str) -> str:
+        labels = [{"position": p} for p in ("0", position)] if "position" in query else [{}]
+        series = [{"metric": metric, "value": [1.0, "5"]} for metric in labels]
+        return json.dumps({"status": "success", "data": {"resultType": "vector", "result": series}})
+
+    Handler.script.status, Handler.script.delay, Handler.script.by_query = 200, 0.0, answer
+    try:
+        analysis = analyze(
+            Prometheus(server, timeout_seconds=TIMEOUT), SpeculativeDeployment.from_mapping(BASE), STATUS, NOW
+        )
+    finally:
+        Handler.script.by_query = None
+    assert analysis.verdict in Verdict
+    assert analysis.canary is None or len(analysis.canary.acceptance_per_position) <= 1

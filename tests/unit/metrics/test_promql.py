@@ -40,6 +40,17 @@ def test_ranges_are_whole_seconds_and_never_empty() -> None:
     assert promql.seconds(0) == "1s"
 
 
+def test_every_division_is_by_a_count_kept_only_when_positive() -> None:
+    """No observation is no answer (an empty vector), never 0/0 (NaN) or x/0 (an infinity the provider
+    refuses as a malformed answer, which would make an Error verdict of a quiet track)."""
+    queries = [*promql.gauges(SELECTOR, "60s").values(), promql.scrape_interval(SELECTOR, "120s", "1s")]
+    divisions = [q for q in queries if " / " in q]
+    assert len(divisions) == 3  # two histogram means and the scrape interval
+    assert all(q.split(" / ", 1)[1].startswith("(") and q.rstrip(")").endswith("> 0") for q in divisions), divisions
+    everything = [*promql.gauges(SELECTOR, "60s").values(), promql.newest_sample(SELECTOR, "300s", "1s")]
+    assert all(q.count(" / ") <= 1 for q in everything)
+
+
 def test_finished_requests_are_split_by_reason_and_load_by_pod() -> None:
     assert promql.finished_by_reason(SELECTOR, "5m").startswith("sum by (finished_reason) (increase(")
     assert promql.request_rate_by_pod(SELECTOR, "5m").startswith("sum by (pod) (rate(vllm:request_success_total{")

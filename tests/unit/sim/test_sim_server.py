@@ -138,6 +138,23 @@ def test_scrape_faults_break_only_the_matching_pods_endpoint_while_its_engine_ru
     assert after > before + 1000  # the 20 s without a scrape were simulated all the same
 
 
+def test_a_restarted_pod_counts_from_zero_under_the_same_target_while_its_engine_serves_on(
+    sim: Simulator, clock: FakeClock
+) -> None:
+    sim.upsert_pod(example_pod("web-canary-1"), MI325X_NODE)
+    clock.now += 30
+    before = drafted_tokens(request(sim.url + "/pods/team/web-canary-1/metrics")[1])
+    assert request(sim.url + "/pods/team/web-canary-1/restart", "POST")[0] == 200
+    assert drafted_tokens(request(sim.url + "/pods/team/web-canary-1/metrics")[1]) == 0  # vLLM starts again from 0
+    clock.now += 30
+    after = drafted_tokens(request(sim.url + "/pods/team/web-canary-1/metrics")[1])
+    assert 0.5 * before < after < 1.5 * before  # the same load on a fresh engine: a reset, not a stall
+    assert [g["labels"][names.POD] for g in targets(sim)] == ["web-canary-1"]  # the same series, reset
+    assert request(sim.url + "/pods/team/nope/restart", "POST")[0] == 404
+    sim.upsert_pod(example_pod("loading", ready=False), MI325X_NODE)
+    assert request(sim.url + "/pods/team/loading/restart", "POST")[0] == 404
+
+
 def drafted_tokens(body: str) -> float:
     families = {f.name: f for f in text_string_to_metric_families(body)}
     return families[names.DRAFT_TOKENS.removesuffix("_total")].samples[0].value
