@@ -353,7 +353,10 @@ def _moved_targets(p: Pass, limits: Budget) -> tuple[TrackTarget | None, int, in
     if revision == status.stable_revision:  # promoting
         rolled = obs.stable.revision == revision and obs.stable.settled
         if not rolled:  # stable's own rolling update first, the canary serving beside it
-            held = obs.stable.replicas if obs.stable.revision is not None else total
+            # at most what the budget leaves beside the canary's pods: a Deployment scaled up by hand
+            # past it would wait forever for a pod the pool cannot hold
+            room = max(0, total + limits.surge - obs.canary.replicas - obs.canary.terminating)
+            held = min(obs.stable.replicas, room) if obs.stable.revision is not None else total
             return TrackTarget(revision, config, obs.canary.replicas), held, None
         back = move(total, total, limits, giver=canary, taker=stable)
         return TrackTarget(revision, config, back.giver), back.taker, None

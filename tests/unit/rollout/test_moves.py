@@ -226,3 +226,19 @@ def test_a_large_step_swapped_pod_by_pod_outlasts_the_deadline_without_being_cut
     assert run(world, settled_on(canary)) == []
     assert world.fleet.now - started > parse_duration(world.fleet.spec.rollout.progress_deadline)
     assert world.fleet.status.history[-1].outcome == "Promoted"
+
+
+def test_a_stable_deployment_scaled_by_hand_during_a_swap_promotion_is_scaled_back_and_the_promotion_ends() -> None:
+    """Two replicas on a pool of two (`maxSurge: 0`): just after the promotion starts, someone scales the
+    stable Deployment to 3. Its third pod can never fit; the fleet owns the replica count, so the
+    promotion takes the Deployment back to `replicas` and finishes rather than waiting on a pod forever."""
+    steps = [{"weight": 50, "pause": {"duration": "20s"}}]
+    settings_ = rollout(2, steps, 0, 1)
+    world = full_pool(settings_)
+    world.fleet.change(**settings_, speculative={"numSpeculativeTokens": 2})
+    canary = world.fleet.step().status.canary_revision
+    assert canary is not None
+    assert run(world, lambda w: w.fleet.status.stable_revision == canary) == []
+    world.deployments[Track.STABLE].replicas = 3
+    assert run(world, settled_on(canary), ticks=300) == []
+    assert world.deployments[Track.STABLE].replicas == 2
