@@ -1,4 +1,4 @@
-"""How many of a canary's pods the nodes can take, said before the pods are created (issue 26, point 2).
+"""How many of a canary's pods the nodes can take, said before the pods are created.
 
 Without this, a canary step that asks for more GPUs than the cluster has free creates pods that stay
 Pending, and the only word of it is the scheduler's `Insufficient amd.com/gpu` once they exist. Here the

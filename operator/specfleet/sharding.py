@@ -4,74 +4,12 @@
 replica with its own coordination.k8s.io Lease, `BASE-shard-I-of-N` (`BASE` itself when N is 1, the Lease an
 unsharded operator has always used).
 
-**Assignment.** A fleet belongs to shard `stable_hash("namespace/name") % N` (sha256, so every process and
-every Python version agrees; never `hash()`, which is salted per process), unless its label
-`specfleet.io/shard: "<i>"` pins it to a shard `0 <= i < N`. A pin that is not such a number falls back to the
-hash (the shell says so once).
-
-**Ownership.** Assignment says who *should* act; the annotation `specfleet.io/shard-owner` says who *may*. Its
-value is `NS/LEASE@IDENTITY#TERM`: the Lease, the replica that stamped the fleet while holding it, and which of
-that replica's terms of holding it. A process acts on a fleet only while (a) it holds its Lease (its workers
-run only then: `controller.handlers.Leadership`), (b) the annotation names its Lease, its own identity and its
-current term, and (c) the fleet is assigned to its shard. A fleet without the annotation counts as stamped
-with `NS/BASE` by an unknown identity: an unsharded operator of an older version, holding BASE, acts on it.
-
-Anyone else may stamp a fleet (a merge patch carrying the fleet's resourceVersion, so of two stampers one gets
-409 and reads again) only when the stamp's owner cannot be acting:
-
-- the named Lease is held by another identity than the stamp's (the stamper lost it: a holder that cannot renew
-  stops its workers after `renew_deadline`, before anyone may take the Lease after `lease_duration`), or
-- it has no holder (released on a clean shutdown, after the workers stopped), or
-- its record stayed unchanged for its `leaseDurationSeconds` on the reader's own monotonic clock (expired), or
-- it stayed absent for a default lease duration (a live holder re-creates a deleted Lease within a retry
-  period, and an unsharded operator without a Lease does not stamp), or
-- the stamp says `released`: its holder gave the fleet up (below) and no longer acts on it.
-
-For an unstamped fleet "another identity than the stamp's" does not exist: it is free only when BASE is not
-held, or when the reader holds BASE itself.
-
-Why two processes never act on one fleet: the one acting is the stamp's identity, in the stamp's term, while
-holding the stamp's Lease. A stamper takes the fleet only in the cases above, each of which means that holder
-has stopped (short of a pass already in flight when its Lease was lost, as with any leader election). The
-identity and term in the stamp are the fence: a replica that wins a Lease, for the first time or again,
-inherits no fleet from an earlier term, its own or another's; it stamps each again (a write that changes the
-value, so it carries a new resourceVersion) before acting, and that write races any other stamper through the
-optimistic lock: exactly one wins. Only a person editing the annotation can take a fleet from a live holder;
-the holder's next status write then carries the old resourceVersion and is refused, and its next pass sees the
-new stamp.
-
-Why no fleet is dropped: its assigned shard, once it holds its Lease, stamps the fleet as soon as the stamp's
-holder is gone (released: at once; dead: after a lease duration), and looks again every retry period while it
-waits. On a resize (N to M, old and new Deployments side by side) the old shards keep their stamped fleets
-until they stop (releasing their Leases), then the new assignment stamps them. A fleet stamped with the Lease
-of a shard it is no longer assigned to (its label moved it) is released by that Lease's holder: the stamp
-replaced by `released` (with the resourceVersion) from the fleet's own worker, which then drops the fleet; a
-released fleet is acted on by nobody until its assigned shard stamps it, at once.
-
-**Without leader election** (`--leader-election off`, or an operator of a version that did not elect by
-default: one unsharded process, no Lease, so no stamp of its own) a process acts on unstamped fleets as before
-sharding existed, leaves a fleet whose stamp's Lease is live (a resize down to it, while the old shards still
-run), and removes a stamp whose holder stopped before acting on that fleet. The way from such a process to
-elected ones is the one step without a fence: they take an unstamped fleet once BASE has been absent for a
-lease duration on their clock (or at once when BASE is their own Lease), by which time the old process is
-normally gone; it keeps off each fleet as soon as it sees the fleet stamped.
-
-**Other operators.** Two installs of the operator (two releases, or a laptop's `specfleet run` beside the
-cluster's) elect with different Leases, and neither knows of the other; the stamp is what keeps them apart. A
-fleet stamped by another Lease's live holder is left to it (WAIT), whichever operator that is, and taken only
-once that holder stopped, by the same rules as between shards. Leader election is on by default
-(`specfleet run` elects with a Lease even when no flag names one), so every operator stamps what it acts on.
-A fleet nobody has stamped yet (created while both run) would go to whichever stamps it first; a process that
-already leaves fleets in that namespace to another operator leaves a new one too for a lease duration
-(`defer_new_fleet`): the operator that was there first stamps it at once, and if nobody does (the other does
-not watch it) the fleet is still taken. One writer either way, never none.
-
-**Costs.** Without leader election and with no stamps: no request at all. With it,
-one patch per fleet each time a replica wins its Lease, and one read of another shard's Lease per retry
-period while a fleet waits for it; none in a steady state.
-
-The stamp is metadata: it bumps no generation and is no command (`specfleet.io/<command>` keys are read by
-name), so writing it never reads as a spec change.
+A fleet is *assigned* to a shard by a stable hash of `namespace/name`, or by its `specfleet.io/shard` label; the
+annotation `specfleet.io/shard-owner` (`NS/LEASE@IDENTITY#TERM`, the stamp) says which Lease's holder, in which
+term, *may* act on it. A process acts on a fleet only while it holds its Lease, the stamp names that Lease, its
+identity and its current term, and the fleet is assigned to its shard; anyone else stamps a fleet only when the
+stamp's owner cannot be acting. Those rules, and why they leave every fleet exactly one writer (never two, never
+none, also beside an unelected process or another install): docs/sharding.md, "The protocol, and why it holds".
 """
 
 import hashlib

@@ -159,7 +159,7 @@ TABLE_ROLLOUT: dict[str, Any] = {
     "steps": [{"weight": 50, "pause": {"duration": "60s"}}],
     "analysis": {"interval": "5s", "window": "30s"},
 }
-"""Issue 24's settings, as a new user would write them: one 50% step with a 60 s pause, every guardrail and
+"""The settings a new user writes first: one 50% step with a 60 s pause, every guardrail and
 fallback at its default."""
 
 

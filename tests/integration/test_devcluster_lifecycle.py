@@ -1,4 +1,4 @@
-"""The dev environment keeps what you made and leaves nothing behind (issue 17), with real processes.
+"""The dev environment keeps what you made and leaves nothing behind, with real processes.
 
 Each test has a cluster of its own (its own state directory, free ports, one node), so the session's
 cluster, and anyone else's, is never touched. No sleeps as assertions: every wait polls with a deadline.

@@ -1,4 +1,4 @@
-"""A fleet on every GPU of its product (issue 26), on the dev cluster with the operator and Prometheus running.
+"""A fleet on every GPU of its product, on the dev cluster with the operator and Prometheus running.
 
 Each test gets two fake 8-GPU nodes of a product only its fleet asks for, and a fleet of 16 single-GPU
 replicas that fills them. Without `maxSurge` a change cannot fit and status says so at once; with

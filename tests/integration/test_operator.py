@@ -235,7 +235,7 @@ def test_an_httproute_gives_the_holdback_its_share_beside_stable_and_the_canary(
     )
 
 
-# issue 12: a rollout never acts on stale or partial evidence
+# A rollout never acts on stale or partial evidence
 
 
 def events(fleet: Fleet, reason: str) -> list[str]:
@@ -340,7 +340,7 @@ def test_a_rollout_survives_repeated_sigkills(operator: Operator, fleet: Fleet) 
     assert services == {"llama"}
 
 
-# issue 16: crashes and OOM kills, read from the Kubernetes API
+# Crashes and OOM kills, read from the Kubernetes API
 
 
 def oom_killed(fleet: Fleet, pod: str, container: str = "vllm") -> None:

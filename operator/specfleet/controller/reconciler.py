@@ -1,6 +1,6 @@
 """One reconcile of one SpeculativeDeployment: observe -> decide -> apply. Nothing is decided here.
 
-Write discipline (issue 12, item 10): a decision is made from one cached version of the object and its
+Write discipline: a decision is made from one cached version of the object and its
 status is written with that version's resourceVersion as a precondition, *before* any child is touched.
 If anything changed the object since (a user's edit, another replica, our own last write that the watch
 has not delivered yet) the API server refuses the write and nothing else is written; the next pass

@@ -1,7 +1,8 @@
 """The shard gate of one operator process: which fleets it keeps in memory, stamps and reconciles.
 
 The rules, and why they never let two processes act on a fleet nor leave one without an owner, are in
-`specfleet.sharding`; this is the I/O around them: reading other shards' Leases (at most once per retry
+docs/sharding.md ("The protocol, and why it holds"), the pure decisions in `specfleet.sharding`; this is the
+I/O around them: reading other shards' Leases (at most once per retry
 period each), writing and removing the stamp with the fleet's resourceVersion, dropping other shards' fleets
 from the store, and listing a fleet's children when it becomes this shard's after its children were dropped.
 With leader election (the default of `specfleet run`, sharded or not) it stamps; without

@@ -92,7 +92,7 @@ class NodePool:
 def pool_from_counts(
     mi300x: int = 2, mi325x: int = 2, mi355x: int = 2, cpu: int = 1, gpus_per_node: int = 8
 ) -> NodePool:
-    """The pool described by per-product node counts (the default is the issue's 2+2+2 GPU nodes and 1 CPU node)."""
+    """The pool described by per-product node counts (default: the dev cluster's 2 per GPU product, 1 CPU node)."""
     groups = [
         NodeGroup(product, count, gpus_per_node)
         for product, count in (("MI300X", mi300x), ("MI325X", mi325x), ("MI355X", mi355x))

@@ -1,4 +1,4 @@
-"""The capacity check (issue 26, point 2): what the nodes a fleet's pods may use have free, from raw Node
+"""The capacity check: what the nodes a fleet's pods may use have free, from raw Node
 and Pod objects as the API server returns them. Nodes match as the scheduler would place the fleet's pods
 (product label, NFD label, cordon, Ready, taints against the spec's tolerations); free GPUs are counted
 node by node, as the scheduler counts requests (pods being deleted still hold theirs); odd data is

@@ -572,7 +572,7 @@ def test_a_retiring_canary_is_deleted_only_after_the_service_is_seen_without_it(
     assert ("delete", "Deployment", f"{sdep.metadata.name}-canary") in kube.writes
 
 
-# issue 26, point 2: the capacity check before a canary step creates pods
+# The capacity check before a canary step creates pods
 
 GPU_NODE = {
     "metadata": {"name": "gpu-1", "labels": {PRODUCT_NAME_LABEL: MI300X.product_name}},

@@ -228,7 +228,7 @@ def test_revision_ignores_replicas_and_rollout_settings() -> None:
     ids=["depth", "drafter", "model-revision", "image", "env", "gpu", "quantization", "dtype", "engine", "tokenizer"],
 )
 def test_revision_changes_with_serving_behaviour(patch: dict[str, Any]) -> None:
-    """Issue 16: a change of model revision, tokenizer, quantization, GPU product or engine version is a new
+    """A change of model revision, tokenizer, quantization, GPU product or engine version is a new
     revision, so it is canaried (measured again) like a change of the speculative config."""
     changed = sdep({"spec": patch})
     assert revision(changed.spec) != revision(sdep().spec)

@@ -1,4 +1,4 @@
-"""Pods move between stable and canary within rollout.maxSurge / maxUnavailable (issue 26), on a full pool.
+"""Pods move between stable and canary within rollout.maxSurge / maxUnavailable, on a full pool.
 
 The state machine drives a pod-level fake (`podworld`): a canary is taken through every step and
 promoted, or aborted mid-way (a rollback moves the same way), or the spec goes back to stable; at every

@@ -1,4 +1,4 @@
-"""Issue 12: a rollout never acts on stale or partial evidence. One regression test per defect, in the
+"""A rollout never acts on stale or partial evidence. One regression test per defect, in the
 words of the defined behaviour (README "Concepts" and "Operating notes")."""
 
 from dataclasses import replace

@@ -1,10 +1,12 @@
-"""Issue 12: `decide` plus a model of the cluster, driven through random sequences by hypothesis.
+"""`decide` plus a model of the cluster, driven through random sequences by hypothesis.
 
 The machine edits the spec (speculative config, replicas, steps, pauses), gives commands at any time
 (bound to the live canary, to another revision, or to nothing), makes pods Ready, flaps them, breaks
 stable, feeds verdicts of every kind with evidence that does or does not lie within the step, jumps
 the clock and restarts the operator (status round-tripped through JSON, the last command removals
-lost). After every rule it checks the invariants the issue lists.
+lost). After every decision it checks what a rollout must never do: canary a rejected revision again, record
+a canary twice or never, advance a step or promote without a Pass on that step's own evidence (or a command
+given for that very canary), or ask for more pods than `replicas` plus the canary's.
 """
 
 import json
@@ -302,7 +304,7 @@ RolloutMachine.TestCase.settings = settings(
 TestRollout = RolloutMachine.TestCase
 
 
-# Counterexamples the machine shrank to while issue 12 was fixed, kept as table tests.
+# Counterexamples the machine once shrank to, kept as table tests so each defect stays fixed.
 GATE_100 = [{"weight": 10}, {"weight": 50, "pause": {}}, {"weight": 100}]
 SHRUNK: list[tuple[str, dict[str, Any], list[tuple[str, dict[str, Any]]]]] = [
     (
