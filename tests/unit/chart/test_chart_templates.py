@@ -66,6 +66,15 @@ def only(manifests: list[Manifest], kind: str) -> Manifest:
     return found[0]
 
 
+AGGREGATE_TO = "rbac.authorization.k8s.io/aggregate-to-"
+
+
+def operators_own(manifests: list[Manifest]) -> list[Manifest]:
+    """Without the ClusterRoles that app teams get through the built-in roles (they are bound to no account of
+    the chart's)."""
+    return [m for m in manifests if not any(key.startswith(AGGREGATE_TO) for key in m["metadata"].get("labels", {}))]
+
+
 def container(manifests: list[Manifest]) -> Manifest:
     return only(manifests, "Deployment")["spec"]["template"]["spec"]["containers"][0]
 
@@ -143,7 +152,7 @@ def test_image_is_the_app_version_unless_a_tag_or_digest_is_given(helm: Path) ->
 
 
 def test_cluster_wide_rbac_is_exactly_what_the_operator_uses(helm: Path) -> None:
-    manifests = render(helm)
+    manifests = operators_own(render(helm))
     role = only(manifests, "ClusterRole")
     assert role["rules"] == [*NAMESPACED_RULES, CRD_DISCOVERY, NODES_READ]  # pods: listed cluster-wide already
     binding = only(manifests, "ClusterRoleBinding")
@@ -154,7 +163,7 @@ def test_cluster_wide_rbac_is_exactly_what_the_operator_uses(helm: Path) -> None
 
 
 def test_watch_namespaces_get_a_role_each_and_nothing_namespaced_cluster_wide(helm: Path) -> None:
-    manifests = render(helm, "--set", "watchNamespaces={team-a,team-b}")
+    manifests = operators_own(render(helm, "--set", "watchNamespaces={team-a,team-b}"))
     roles = [r for r in by_kind(manifests, "Role") if r["metadata"]["name"] != "sf-specfleet-leader-election"]
     assert {r["metadata"]["namespace"] for r in roles} == {"team-a", "team-b"}
     assert all(r["rules"] == NAMESPACED_RULES for r in roles)
@@ -191,7 +200,7 @@ def test_capacity_check_off_reads_no_nodes(helm: Path, scope: list[str]) -> None
 
 def test_secrets_only_when_prometheus_auth_is_on_and_narrowed_to_names(helm: Path) -> None:
     def secret_rules(*args: str) -> list[Manifest]:
-        rules = only(render(helm, *args), "ClusterRole")["rules"]
+        rules = only(operators_own(render(helm, *args)), "ClusterRole")["rules"]
         return [r for r in rules if "secrets" in r["resources"]]
 
     assert secret_rules() == []
@@ -204,11 +213,14 @@ def test_secrets_only_when_prometheus_auth_is_on_and_narrowed_to_names(helm: Pat
 
 
 def test_httproutes_only_when_gateway_api_routing_is_on(helm: Path) -> None:
+    def rules(*args: str) -> list[Manifest]:
+        return list(only(operators_own(render(helm, *args)), "ClusterRole")["rules"])
+
     def route_rules(*args: str) -> list[Manifest]:
-        return [r for r in only(render(helm, *args), "ClusterRole")["rules"] if "httproutes" in r["resources"]]
+        return [r for r in rules(*args) if "httproutes" in r["resources"]]
 
     def grant_rules(*args: str) -> list[Manifest]:
-        return [r for r in only(render(helm, *args), "ClusterRole")["rules"] if "referencegrants" in r["resources"]]
+        return [r for r in rules(*args) if "referencegrants" in r["resources"]]
 
     assert route_rules() == [] and grant_rules() == []
     assert route_rules("--set", "gatewayAPI.enabled=true") == [
@@ -218,6 +230,50 @@ def test_httproutes_only_when_gateway_api_routing_is_on(helm: Path) -> None:
     assert grant_rules("--set", "gatewayAPI.enabled=true") == [
         {"apiGroups": ["gateway.networking.k8s.io"], "resources": ["referencegrants"], "verbs": ["list"]}
     ]
+
+
+FLEETS = "speculativedeployments"
+FLEETS_STATUS, FLEETS_SCALE = f"{FLEETS}/status", f"{FLEETS}/scale"
+READ = {"get", "list", "watch"}
+WRITE = {"create", "update", "patch", "delete", "deletecollection"}
+
+
+def built_in_role_grants(manifests: list[Manifest], role: str) -> dict[str, set[str]]:
+    """What the aggregated ClusterRoles add to the built-in `role`: verbs by specfleet.io resource."""
+    grants: dict[str, set[str]] = {}
+    for cluster_role in by_kind(manifests, "ClusterRole"):
+        if cluster_role["metadata"]["labels"].get(f"{AGGREGATE_TO}{role}") != "true":
+            continue
+        for rule in cluster_role["rules"]:
+            assert rule["apiGroups"] == ["specfleet.io"] and "resourceNames" not in rule, rule
+            for resource in rule["resources"]:
+                grants.setdefault(resource, set()).update(rule["verbs"])
+    return grants
+
+
+def test_app_teams_read_fleets_with_view_and_write_them_with_edit_and_admin(helm: Path) -> None:
+    manifests = render(helm)
+    assert built_in_role_grants(manifests, "view") == {FLEETS: READ, FLEETS_STATUS: READ, FLEETS_SCALE: READ}
+    written = {FLEETS: READ | WRITE, FLEETS_STATUS: READ, FLEETS_SCALE: READ | {"update", "patch"}}
+    assert built_in_role_grants(manifests, "edit") == written
+    assert built_in_role_grants(manifests, "admin") == written
+
+
+def test_no_app_team_role_writes_a_fleets_status_or_grants_a_wildcard(helm: Path) -> None:
+    """The status is the rollout's record (its step, verdicts, acknowledged commands): a tenant who could write it
+    could forge a promotion. A command is an annotation patch on the object itself."""
+    aggregated = [m for m in by_kind(render(helm), "ClusterRole") if m not in operators_own([m])]
+    assert len(aggregated) == 2
+    for rule in (rule for role in aggregated for rule in role["rules"]):
+        assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
+        if FLEETS_STATUS in rule["resources"]:
+            assert set(rule["verbs"]) <= READ, rule
+
+
+@pytest.mark.parametrize("off", ["rbac.aggregateToBuiltInRoles=false", "rbac.create=false"])
+def test_app_team_roles_can_be_left_out(helm: Path, off: str) -> None:
+    for role in ("view", "edit", "admin"):
+        assert built_in_role_grants(render(helm, "--set", off), role) == {}
 
 
 @pytest.mark.parametrize("replicas", [1, 3])
