@@ -249,6 +249,8 @@ def test_install_upgrade_uninstall(cluster: Cluster, namespace: str, release: st
         f"clusterrolebinding/{release}-specfleet"
     )
     assert cluster.exists("-n", namespace, f"role/{release}-specfleet-leader-election")  # one replica elects too
+    app_team_roles = [f"clusterrole/{release}-specfleet-aggregate-to-{role}" for role in ("view", "edit")]
+    assert all(cluster.exists(role) for role in app_team_roles)  # test_app_team_roles.py: what they grant
     policy = f"{release}-specfleet-template-policy"  # the cluster serves it (1.30+): helm renders it
     assert cluster.exists(f"validatingadmissionpolicy/{policy}") and cluster.exists(
         f"validatingadmissionpolicybinding/{policy}"
@@ -271,6 +273,7 @@ def test_install_upgrade_uninstall(cluster: Cluster, namespace: str, release: st
     cluster.helm("uninstall", release, "-n", namespace, "--wait")
     assert not cluster.exists("-n", namespace, f"deployment/{release}-specfleet")
     assert not cluster.exists(f"clusterrole/{release}-specfleet")
+    assert not any(cluster.exists(role) for role in app_team_roles)
     assert not cluster.exists(f"validatingadmissionpolicy/{policy}")
     assert not cluster.exists("-n", namespace, f"serviceaccount/{release}-specfleet")
     assert cluster.exists("crd/speculativedeployments.specfleet.io"), "Helm never deletes the CRD (or its objects)"
