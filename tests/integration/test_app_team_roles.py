@@ -45,7 +45,8 @@ def app_teams(dev_cluster: ClusterInfo, crd_installed: None, fleet: Fleet) -> It
     release = f"roles-{fleet.namespace.removeprefix('test-')}"
     helm = [str(dev_cluster.helm), "--kubeconfig", str(dev_cluster.kubeconfig), "-n", fleet.namespace]
     install = [*helm, "install", release, str(CHART), "--set", f"watchNamespaces={{{fleet.namespace}}}"]
-    subprocess.run(install, capture_output=True, text=True, timeout=180, check=True)
+    installed = subprocess.run(install, capture_output=True, text=True, timeout=180, check=False)
+    assert installed.returncode == 0, installed.stderr
     for role in ROLES:
         fleet.kubectl("create", "serviceaccount", f"{role}-user")
         fleet.kubectl("create", "rolebinding", f"{role}-user", f"--clusterrole={role}",
