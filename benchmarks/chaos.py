@@ -341,6 +341,8 @@ def check_paused(canary: Canary, obj: dict[str, Any], deployments: list[Any]) ->
         problems.append(f"paused, undisturbed {canary.expected}: {canary.paused}")
     elif not (canary.paused or "").startswith("Prometheus errors for"):
         problems.append(f"paused for another reason than Prometheus errors: {canary.paused}")
+    elif f"Prometheus at {GONE_PROMETHEUS}:" not in canary.paused:
+        problems.append(f"paused without asking the gone Prometheus (refused before a query?): {canary.paused}")
     if status.get("canaryRevision") != canary.revision:
         problems.append(f"paused, but the canary in status is {status.get('canaryRevision')}, not {canary.revision}")
     if status.get("stableRevision") == canary.revision:
@@ -652,7 +654,9 @@ def play(args: argparse.Namespace, cluster: Any, namespace: str, work: Path) -> 
         with PrivatePrometheus(targets, work / "prometheus") as prometheus, replicas("simulator", [sim], work):
             operator = [sys.executable, "-m", "specfleet.cli", "run", "--namespace", namespace, "--liveness", "",
                         "--kubeconfig", str(cluster.kubeconfig), "--prometheus-url", prometheus.url,
-                        "--leader-election", f"{namespace}/{LEASE}", "--resync", "30"]  # fmt: skip
+                        "--leader-election", f"{namespace}/{LEASE}", "--resync", "30",
+                        # admitted, so a prometheus-gone fleet meets a dead Prometheus, not the allow-list's refusal
+                        "--allow-prometheus-url", GONE_PROMETHEUS]  # fmt: skip
             with replicas("operator", [operator, operator], work) as ops:
 
                 def live() -> list[Canary]:

@@ -126,6 +126,12 @@ def test_a_canary_held_by_a_pause_for_prometheus_errors_passes() -> None:
             "paused, undisturbed Promoted",
         ),
         (gone(paused="no conclusive data for 30m: ..."), paused(), HELD, "another reason than Prometheus errors"),
+        (
+            gone(paused="Prometheus errors for 10m: spec.prometheus.url 'http://127.0.0.1:9' is not admitted: ..."),
+            paused(),
+            HELD,
+            "without asking the gone Prometheus",
+        ),
         (gone(), paused(canary="other"), HELD, "the canary in status is other"),
         (gone(), paused(stable="new"), HELD, "promoted"),
         (gone(), paused(history=[{"revision": "new", "outcome": "RolledBack"}]), HELD, "already recorded"),
