@@ -18,7 +18,8 @@ What each kind has, and its undisturbed outcome:
     prometheus-gone  EAGLE-3 as good, its spec.prometheus.url       -> Paused, then aborted by the run
                 refusing every query                                  (RolledBack with --fallbacks tolerant)
 
-Faults, one every `--fault-every` seconds on average: SIGKILL of the operator's leader or of its standby
+Faults, one every `--fault-every` seconds on average while `--parallel` fleets are live (more slowly as fewer
+are): SIGKILL of the operator's leader or of its standby
 (restarted a moment later), Prometheus stopped (SIGSTOP) for 30 s-3 min, the API server or etcd
 restarted (`--component-restarts`), a child edited or deleted by hand (the stable Deployment scaled,
 the fleet Service or the canary Deployment deleted, the HTTPRoute's weights sent to the canary), a second
@@ -359,10 +360,14 @@ def check_paused(canary: Canary, obj: dict[str, Any], deployments: list[Any]) ->
 
 
 def paused_reason(status: dict[str, Any]) -> str | None:
-    """Why the operator paused the rollout (the Progressing condition's message), when the phase is Paused."""
+    """Why the operator paused the rollout for its owner (the Progressing condition's message), when the phase is
+    Paused. A pause for no baseline is not one: the operator lifts it by itself once stable has a Ready pod again
+    (a node lost with stable's pods), so an owner would wait, and so does the run."""
     if status.get("phase") != "Paused":
         return None
     conditions = [c for c in status.get("conditions") or [] if c.get("type") == "Progressing"]
+    if conditions and conditions[0].get("reason") == "NoBaseline":
+        return None
     return conditions[0].get("message", "") if conditions else ""
 
 
@@ -407,6 +412,14 @@ def replicas(name: str, commands: list[list[str]], logs: Path) -> Iterator[list[
     finally:
         for replica in started:
             replica.stop()
+
+
+def fault_gap_factor(parallel: int, live: int) -> float:
+    """Faults come `parallel / live` times more slowly when fewer than `--parallel` fleets are live, so each fleet
+    meets them at the same rate to the end of a run: otherwise the last fleet of a run takes every fault (its
+    evidence started over again and again, every Prometheus stop counted against its fallbacks), which no fleet
+    meets undisturbed or on a real cluster."""
+    return parallel / min(parallel, max(1, live))
 
 
 class Injector:
@@ -455,7 +468,7 @@ class Injector:
         `--rounds`, the deck is dealt that many times, then the canaries finish in peace."""
         deck: list[str] = []
         dealt = 0
-        while not self.stop.wait(self.random.expovariate(1 / self.args.fault_every)):
+        while not self.stop.wait(self.random.expovariate(1 / self.args.fault_every) * self.thinning()):
             if not deck:  # dealt from the end: the kinds that need a live canary first, while there are some
                 if self.args.rounds and dealt >= self.args.rounds:
                     return
@@ -475,6 +488,10 @@ class Injector:
                 print(f"{time.strftime('%H:%M:%S')} {kind} not struck: {error}", file=self.log, flush=True)
             if self.fatal:
                 return
+
+    def thinning(self) -> float:
+        """How much longer the next gap is than `--fault-every` (`fault_gap_factor` of the fleets live now)."""
+        return fault_gap_factor(self.args.parallel, len(self.live()))
 
     def holder(self) -> str | None:
         try:
@@ -839,7 +856,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--canaries", type=int, default=100)
     parser.add_argument("--parallel", type=int, default=15, help="canaries in flight at once")
-    parser.add_argument("--fault-every", type=float, default=20.0, help="mean seconds between faults")
+    parser.add_argument(
+        "--fault-every",
+        type=float,
+        default=20.0,
+        help="mean seconds between faults while --parallel fleets are live; the gaps grow as fewer are",
+    )
     parser.add_argument("--component-restarts", action="store_true", help="also restart kube-apiserver and etcd")
     parser.add_argument(
         "--rounds", type=int, default=0, help="deal every kind of fault this many times, then stop (0: until the end)"

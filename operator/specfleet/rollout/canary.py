@@ -320,9 +320,14 @@ def _hold_step(p: Pass) -> Pass | Decided:
     ends = p.status.step_ready_at + pause
     passed = _analysis_passed_this_step(p)
     if now >= ends and not passed and p.judged and _no_baseline(p):
+        until = (
+            "resumes by itself once stable has a Ready pod again, or "
+            if p.obs.stable.ready == 0
+            else "stays until the route gives stable traffic again, or "
+        )
         message = (
             f"{label}: no baseline (stable has no Ready pod or no traffic), so the canary cannot pass; its "
-            "absolute guardrails are still judged (a failure rolls back) and onNoData does not act; "
+            f"absolute guardrails are still judged (a failure rolls back) and onNoData does not act; {until}"
             "promote or abort with kubectl specfleet"
         )
         return Decided(p.in_phase(Phase.PAUSED, True, "NoBaseline", message))

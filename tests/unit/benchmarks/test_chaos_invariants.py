@@ -154,6 +154,11 @@ def test_the_pause_is_read_from_the_progressing_condition_only_while_paused() ->
     assert chaos.paused_reason({"phase": "Progressing", "conditions": [condition]}) is None
 
 
+def test_a_pause_for_no_baseline_is_waited_out_not_aborted() -> None:
+    condition = {"type": "Progressing", "reason": "NoBaseline", "message": "step 1/1 (50%): no baseline ..."}
+    assert chaos.paused_reason({"phase": "Paused", "conditions": [condition]}) is None
+
+
 def test_a_canary_whose_prometheus_is_gone_must_be_paused_then_aborted_under_the_default_fallbacks() -> None:
     assert chaos.expected("prometheus-gone", "default") == "Aborted"
     aborted = ended("Aborted", reason="aborted by the user", stable="old")
@@ -189,3 +194,10 @@ def test_the_default_fallbacks_leave_the_analysis_to_the_api_servers_defaults(fa
     else:
         assert analysis["onProviderError"] == {"after": "5m", "action": "Rollback"}
     assert chaos.parse_args([]).fallbacks == "default"
+
+
+def test_faults_come_more_slowly_as_fleets_end_so_the_last_one_is_not_struck_by_all_of_them() -> None:
+    assert chaos.fault_gap_factor(7, 7) == 1
+    assert chaos.fault_gap_factor(7, 10) == 1  # waves wait their turn: never faster than --fault-every
+    assert chaos.fault_gap_factor(7, 1) == 7
+    assert chaos.fault_gap_factor(7, 0) == 7

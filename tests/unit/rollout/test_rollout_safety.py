@@ -215,6 +215,22 @@ def test_a_fix_for_a_broken_stable_is_never_rolled_back_on_no_data_alone() -> No
     assert fleet.status.phase is Phase.ROLLED_BACK
 
 
+def test_a_pause_for_no_baseline_lifts_by_itself_once_stable_is_ready_again() -> None:
+    fleet = guarded_canary()
+    ready_stable = fleet.stable
+    fleet.stable = TrackObservation(fleet.status.stable_revision, 0)  # its node lost: no Ready pod for a while
+    for _ in range(5):
+        fleet.wait(60)
+        fleet.step(analysis(fleet, Verdict.INCONCLUSIVE))
+    assert fleet.status.phase is Phase.PAUSED
+    candidate = fleet.status.canary_revision
+    fleet.stable = ready_stable
+    fleet.wait(60)
+    fleet.step(analysis(fleet, Verdict.PASS))
+    fleet.converge()
+    assert fleet.status.stable_revision == candidate and fleet.status.phase is Phase.HEALTHY
+
+
 def test_a_full_weight_httproute_step_has_no_baseline() -> None:
     fleet = guarded_canary(steps=[{"weight": 100, "pause": {}}], analysis={"onNoData": {"after": "5m"}})
     unrouted = fleet.status
