@@ -51,6 +51,7 @@ USED = [
     ("list", "pods"),
     ("watch", "pods"),
     ("create", "events"),
+    ("patch", "events"),
 ]
 """Every (verb, resource) the operator uses in a watched namespace (operator/specfleet/controller)."""
 CAPACITY = [("get", "nodes"), ("list", "nodes"), ("list", "pods", "--all-namespaces")]

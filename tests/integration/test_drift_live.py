@@ -69,8 +69,9 @@ def test_a_drafter_whose_acceptance_falls_after_promotion_is_flagged_and_rolled_
 
 
 def events(fleet: Fleet, reason: str) -> list[str]:
+    """Each message as many times as it was said: a repeat counts on one Event (`count`), not a new one."""
     listing = fleet.core.list_namespaced_event(fleet.namespace, field_selector="involvedObject.name=llama")
-    return [e.message for e in listing.items if e.reason == reason]
+    return [e.message for e in listing.items if e.reason == reason for _ in range(e.count or 1)]
 
 
 def test_longer_answers_after_promotion_are_a_traffic_shift_named_once_and_latency_is_not_compared(

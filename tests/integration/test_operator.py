@@ -272,6 +272,21 @@ def test_stale_commands_are_dropped_not_kept_for_the_next_canary(operator: Opera
     wait_for("promotion", lambda: fleet.status("llama").get("stableRevision") == status["canaryRevision"])
 
 
+def test_an_event_said_again_is_one_event_that_counts(operator: Operator, fleet: Fleet) -> None:
+    healthy(fleet)
+    for said in range(1, 3):  # the same stale promote twice: the same CommandIgnored warning twice
+        fleet.annotate("llama", "specfleet.io/promote", "full")
+        wait_for(f"stale promote {said} to be dropped", lambda: "specfleet.io/promote" not in annotations(fleet))
+
+    def counted() -> list[tuple[str, int]] | None:
+        listed = fleet.core.list_namespaced_event(fleet.namespace, field_selector="reason=CommandIgnored").items
+        counts = [(e.message, e.count or 1) for e in listed]
+        return counts if sum(count for _, count in counts) >= 2 else None
+
+    counts = wait_for("both CommandIgnored warnings posted", counted)
+    assert len(counts) == 1 and counts[0][1] == 2, counts  # one Event, count 2: not two Events
+
+
 def test_a_rollback_takes_traffic_off_before_the_canary_goes(operator: Operator, fleet: Fleet) -> None:
     healthy(fleet, steps=[{"weight": 50, "pause": {}}])
     fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 2}})

@@ -80,7 +80,7 @@ that already exist: during a change of `shards` the old shards still run and mus
 The namespaced permissions the operator uses, derived from operator/specfleet/controller/kube.py and
 handlers.py: watch SpeculativeDeployments (kopf), patch them (consumed promote/abort/retry annotations)
 and their status; own Deployments and Services (watch, get on a name conflict, create, server-side
-apply = patch, delete); watch Pods (readiness); create core/v1 Events. Secrets, ConfigMaps (prompts of
+apply = patch, delete); watch Pods (readiness); create core/v1 Events and patch them (a repeat counts on the first). Secrets, ConfigMaps (prompts of
 output equivalence) and HTTPRoutes only when a value turns them on.
 */}}
 {{- define "specfleet.namespacedRules" -}}
@@ -104,7 +104,7 @@ output equivalence) and HTTPRoutes only when a value turns them on.
   verbs: [get, list, watch, create, delete]
 - apiGroups: [""]
   resources: [events]
-  verbs: [create]
+  verbs: [create, patch]
 {{- if .Values.prometheusAuth.enabled }}
 - apiGroups: [""]
   resources: [secrets]

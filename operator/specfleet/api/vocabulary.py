@@ -80,8 +80,9 @@ class ConditionType(StrEnum):
     SPEC_VALID = "SpecValid"
     GUARDED = "Guarded"
     SYNCED = "Synced"
-    """Whether the operator's last pass over the object completed: False (reason `ReconcileError`) names what
-    failed while the pass is retried with backoff; the status beside it is the last one a pass completed."""
+    """Whether the operator's last pass over the object completed: False (reason `ReconcileError`, or
+    `ReconcileStalled` after 10 failures in a row) names what failed and the time of the next try while the pass
+    is retried with backoff; the status beside it is the last one a pass completed."""
     SPECULATION_PAYING = "SpeculationPaying"
     ROLLED_OUT = "RolledOut"
     """Whether the rollout of the spec has ended (`api.rollout_result`): True when it succeeded, False when it

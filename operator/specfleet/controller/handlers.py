@@ -19,7 +19,7 @@ import logging
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -35,7 +35,7 @@ from specfleet.controller.outputs import DEFAULT_POD_URL_TEMPLATE
 from specfleet.controller.queue import WorkQueue
 from specfleet.controller.reconciler import Reconciler
 from specfleet.controller.shards import LEASE_API_VERSION, ShardGate
-from specfleet.controller.store import PREFLIGHT_POD, Key, Store, owner_key
+from specfleet.controller.store import PREFLIGHT_POD, Key, Store, key_of, owner_key
 from specfleet.render.policy import DEFAULT_POLICY, TemplatePolicy
 from specfleet.sharding import Shard
 
@@ -233,6 +233,166 @@ class OperatorOptions:
     """`--template-policy`: what a fleet's `spec.template` may add to the pods the operator creates."""
 
 
+@dataclass(frozen=True)
+class ChildWatch:
+    """One kind of child whose watch events wake its fleet: which objects, and the label naming the fleet."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    """The store's name for it (`Store.put_child`)."""
+    labels: dict[str, Any]
+    owner_label: str = LABEL_NAME
+
+
+CHILD_WATCHES = (
+    ChildWatch("apps", "v1", "deployments", "Deployment", MANAGED),
+    ChildWatch("", "v1", "services", "Service", MANAGED),
+    ChildWatch("", "v1", "pods", "Pod", {LABEL_NAME: kopf.PRESENT}),
+    ChildWatch("batch", "v1", "jobs", "Job", {LABEL_PREFLIGHT: kopf.PRESENT}),
+    ChildWatch("", "v1", "pods", PREFLIGHT_POD, {LABEL_PREFLIGHT: kopf.PRESENT}, LABEL_PREFLIGHT),
+)
+"""The children the operator watches: its own Deployments and Services, the pods of its fleets, preflight Jobs
+and their pods."""
+
+
+@dataclass
+class FleetWatcher:
+    """A SpeculativeDeployment's watch event: the shard gate keeps (or drops) it, and its fleet is looked at now.
+
+    Except while its reconcile keeps failing (`backing_off`) and the event changes nothing a person asked for
+    (its spec, commands, labels, deletion): the failed pass's own status writes would otherwise make it due at
+    once, and the backoff would never wait."""
+
+    gate: ShardGate
+    queue: WorkQueue[Key]
+    backing_off: Callable[[Key], bool] = lambda key: False
+
+    async def on_event(self, event: kopf.RawEvent, **_: Any) -> None:
+        deleted = event.get("type") == "DELETED"
+        before = self.gate.store.sdeps.get(key_of(event["object"]))
+        key = self.gate.observe(event["object"], deleted=deleted)
+        if key is None:  # another shard's fleet, not kept and nothing to forget
+            return
+        if not deleted and before is not None and self.backing_off(key) and _asked(before) == _asked(event["object"]):
+            return  # its own writes: the retry stays where the backoff put it
+        self.queue.add(key)
+
+
+def _asked(fleet: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What a person changes on a fleet: its spec (generation), commands and stamps (annotations), labels, deletion."""
+    meta = fleet.get("metadata") or {}
+    return (meta.get("generation"), meta.get("annotations"), meta.get("labels"), meta.get("deletionTimestamp"))
+
+
+@dataclass
+class ChildWatcher:
+    """A child's watch event: into the store, and its fleet looked at `CHILD_EVENT_SECONDS` later."""
+
+    watch: ChildWatch
+    gate: ShardGate
+    store: Store
+    queue: WorkQueue[Key]
+
+    async def on_event(self, event: kopf.RawEvent, **_: Any) -> None:
+        child = event["object"]
+        if not self.gate.keeps_children_of(owner_key(child, self.watch.owner_label) or ("", "")):
+            return  # another shard's fleet's
+        deleted = event.get("type") == "DELETED"
+        owner = self.store.put_child(self.watch.kind, child, deleted=deleted, label=self.watch.owner_label)
+        if owner is not None and owner in self.store.sdeps:
+            self.queue.add(owner, CHILD_EVENT_SECONDS)
+
+
+@dataclass
+class Workers:
+    """The reconcile workers, running while this process leads (or always, without an election)."""
+
+    reconciler: Reconciler
+    gate: ShardGate
+    store: Store
+    queue: WorkQueue[Key]
+    count: int
+    tasks: list["asyncio.Task[None]"] = field(default_factory=list)
+
+    @property
+    def running(self) -> bool:
+        return bool(self.tasks)
+
+    def start(self) -> None:
+        self.gate.begin_term()
+        for key in list(self.store.sdeps):
+            self.queue.add(key)  # keys dropped by workers cancelled at a lost lease come back
+        self.tasks.extend(asyncio.create_task(self.reconciler.run_worker()) for _ in range(self.count))
+        LEADER.set(1)
+        logger.info("specfleet: %d workers started", self.count)
+
+    async def stop(self) -> None:
+        LEADER.set(0)
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        self.tasks.clear()
+        self.gate.end_term()
+
+
+@dataclass
+class Lifecycle:
+    """What kopf's startup and cleanup do: settings, the metrics endpoint, and the workers started at once or
+    by the lease; on cleanup the workers stop and a held lease is given up."""
+
+    workers: Workers
+    leadership: Leadership | None
+    collector: FleetCollector
+    metrics_port: int | None
+    shard: Shard
+    background: list["asyncio.Task[None]"] = field(default_factory=list)
+
+    async def configure(self, settings: kopf.OperatorSettings, **_: Any) -> None:
+        settings.posting.enabled = False  # events are posted deliberately, not from log lines
+        settings.persistence.diffbase_storage = EventsOnlyDiffBase()
+        settings.watching.server_timeout = 300
+        if self.metrics_port is not None:
+            from prometheus_client import REGISTRY, start_http_server
+
+            REGISTRY.register(self.collector)
+            start_http_server(self.metrics_port)
+        self.background.append(asyncio.create_task(self.begin()))
+
+    async def begin(self) -> None:
+        # kopf starts watching only once the startup handlers have returned: wait here, not in them
+        await asyncio.sleep(INITIAL_SYNC_SECONDS)
+        if self.leadership is None:
+            self.workers.start()
+            return
+        election = self.leadership.election
+        logger.info(
+            "specfleet: shard %d of %d watching; workers start when this replica holds the lease %s/%s",
+            self.shard.index,
+            self.shard.count,
+            election.namespace,
+            election.name,
+        )
+        await self.leadership.run(self.workers.start, self.workers.stop)
+
+    async def stop(self, **_: Any) -> None:
+        for task in self.background:
+            task.cancel()
+        await asyncio.gather(*self.background, return_exceptions=True)
+        was_leading = self.workers.running
+        await self.workers.stop()
+        if self.leadership is not None and was_leading:
+            try:
+                await asyncio.to_thread(self.leadership.release)
+            except Exception as error:  # the others then wait for the lease to expire instead
+                logger.warning("could not release the lease: %s", error)
+        if self.metrics_port is not None:
+            from prometheus_client import REGISTRY
+
+            REGISTRY.unregister(self.collector)
+
+
 @dataclass
 class Controller:
     """The pieces one operator process shares between its handlers and workers."""
@@ -242,139 +402,84 @@ class Controller:
     store: Store = field(default_factory=Store)
     queue: WorkQueue[Key] = field(default_factory=WorkQueue)
 
-    def registry(self) -> kopf.OperatorRegistry:
-        """A kopf registry with this controller's handlers (explicit, so tests can run several)."""
-        registry = kopf.OperatorRegistry()
+    def election(self) -> LeaderElection | None:
+        """This shard's election: the base Lease's, under the shard's Lease name."""
         base = self.options.leader_election
         if base is None and self.options.shard.count > 1:
             raise ValueError("shards need leader election: each shard elects its acting replica with its own Lease")
-        election = replace(base, name=self.options.shard.lease_name(base.name)) if base is not None else None
-        if base is not None and election is not None:
-            gate = ShardGate(
-                self.kube,
-                self.store,
-                self.queue,
-                self.options.shard,
-                lease_namespace=election.namespace,
-                lease_name=election.name,
-                base_lease=base.name,
-                identity=election.identity,
-                lease_duration=election.lease_duration,
-                retry_period=election.retry_period,
-            )
-        else:  # one process without a Lease: stamps nothing, keeps away from fleets a live shard still holds
-            gate = ShardGate(self.kube, self.store, self.queue, self.options.shard)
-        reconciler = Reconciler(
+        return replace(base, name=self.options.shard.lease_name(base.name)) if base is not None else None
+
+    def gate(self, election: LeaderElection | None) -> ShardGate:
+        base = self.options.leader_election
+        if base is None or election is None:  # one process without a Lease: stamps nothing, keeps away from
+            return ShardGate(self.kube, self.store, self.queue, self.options.shard)  # fleets a live shard holds
+        return ShardGate(
             self.kube,
             self.store,
             self.queue,
-            resync_seconds=self.options.resync_seconds,
-            default_prometheus_url=self.options.prometheus_url,
-            allowed_prometheus_urls=self.options.allowed_prometheus_urls,
-            pod_url_template=self.options.pod_url_template,
-            template_policy=self.options.template_policy,
-            threads=ThreadPoolExecutor(self.options.workers, thread_name_prefix="specfleet-reconcile"),
-            writes=ThreadPoolExecutor(write_threads(self.options.workers), thread_name_prefix="specfleet-write"),
+            self.options.shard,
+            lease_namespace=election.namespace,
+            lease_name=election.name,
+            base_lease=base.name,
+            identity=election.identity,
+            lease_duration=election.lease_duration,
+            retry_period=election.retry_period,
+        )
+
+    def reconciler(self, gate: ShardGate) -> Reconciler:
+        options = self.options
+        return Reconciler(
+            self.kube,
+            self.store,
+            self.queue,
+            resync_seconds=options.resync_seconds,
+            default_prometheus_url=options.prometheus_url,
+            allowed_prometheus_urls=options.allowed_prometheus_urls,
+            pod_url_template=options.pod_url_template,
+            template_policy=options.template_policy,
+            threads=ThreadPoolExecutor(options.workers, thread_name_prefix="specfleet-reconcile"),
+            writes=ThreadPoolExecutor(write_threads(options.workers), thread_name_prefix="specfleet-write"),
             owns=gate.owns,
         )
-        workers: list[asyncio.Task[None]] = []
-        background: list[asyncio.Task[None]] = []
-        if election is None:
-            collector = FleetCollector(lambda: list(self.store.sdeps.values()))
-        else:  # only the fleets it acts on: a fleet waiting for its hand-over is still reported by its owner
-            collector = FleetCollector(lambda: [self.store.sdeps[k] for k in list(gate.owned) if k in self.store.sdeps])
-        leadership = Leadership(self.kube, election) if election is not None else None
 
-        def start_workers() -> None:
-            gate.begin_term()
-            for key in list(self.store.sdeps):
-                self.queue.add(key)  # keys dropped by workers cancelled at a lost lease come back
-            workers.extend(asyncio.create_task(reconciler.run_worker()) for _ in range(self.options.workers))
-            LEADER.set(1)
-            logger.info("specfleet: %d workers started", self.options.workers)
+    def collector(self, gate: ShardGate, elected: bool) -> FleetCollector:
+        """The fleet metrics: with an election, only the fleets this replica acts on (a fleet waiting for its
+        hand-over is still reported by its owner)."""
+        sdeps = self.store.sdeps
+        if not elected:
+            return FleetCollector(lambda: list(sdeps.values()))
+        return FleetCollector(lambda: [sdeps[k] for k in list(gate.owned) if k in sdeps])
 
-        async def stop_workers() -> None:
-            LEADER.set(0)
-            for task in workers:
-                task.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
-            workers.clear()
-            gate.end_term()
-
-        @kopf.on.login(registry=registry)
-        def login(**_: Any) -> kopf.ConnectionInfo:
-            return kopf.ConnectionInfo(**connection_info(self.kube.api_client))
-
-        async def begin() -> None:
-            # kopf starts watching only once the startup handlers have returned: wait here, not in them
-            await asyncio.sleep(INITIAL_SYNC_SECONDS)
-            if leadership is None:
-                start_workers()
-            else:
-                logger.info(
-                    "specfleet: shard %d of %d watching; workers start when this replica holds the lease %s/%s",
-                    self.options.shard.index,
-                    self.options.shard.count,
-                    leadership.election.namespace,
-                    leadership.election.name,
-                )
-                await leadership.run(start_workers, stop_workers)
-
-        @kopf.on.startup(registry=registry)
-        async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-            settings.posting.enabled = False  # events are posted deliberately, not from log lines
-            settings.persistence.diffbase_storage = EventsOnlyDiffBase()
-            settings.watching.server_timeout = 300
-            if self.options.metrics_port is not None:
-                from prometheus_client import REGISTRY, start_http_server
-
-                REGISTRY.register(collector)
-                start_http_server(self.options.metrics_port)
-            background.append(asyncio.create_task(begin()))
-
-        @kopf.on.cleanup(registry=registry)
-        async def stop(**_: Any) -> None:
-            for task in background:
-                task.cancel()
-            await asyncio.gather(*background, return_exceptions=True)
-            was_leading = bool(workers)
-            await stop_workers()
-            if leadership is not None and was_leading:
-                try:
-                    await asyncio.to_thread(leadership.release)
-                except Exception as error:  # the others then wait for the lease to expire instead
-                    logger.warning("could not release the lease: %s", error)
-            if self.options.metrics_port is not None:
-                from prometheus_client import REGISTRY
-
-                REGISTRY.unregister(collector)
-
+    def registry(self) -> kopf.OperatorRegistry:
+        """A kopf registry with this controller's handlers (explicit, so tests can run several)."""
+        election = self.election()
+        gate = self.gate(election)
+        workers = Workers(self.reconciler(gate), gate, self.store, self.queue, self.options.workers)
+        lifecycle = Lifecycle(
+            workers,
+            Leadership(self.kube, election) if election is not None else None,
+            self.collector(gate, elected=election is not None),
+            self.options.metrics_port,
+            self.options.shard,
+        )
+        registry = kopf.OperatorRegistry()
+        kopf.on.login(registry=registry)(self.login)
+        kopf.on.startup(registry=registry)(lifecycle.configure)
+        kopf.on.cleanup(registry=registry)(lifecycle.stop)
         # async handlers: kopf runs them on the event loop, where the store and the queue live
-        @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-        async def speculative_deployment(event: kopf.RawEvent, **_: Any) -> None:
-            deleted = event.get("type") == "DELETED"
-            key = gate.observe(event["object"], deleted=deleted)
-            if key is not None:  # None: another shard's fleet, not kept and nothing to forget
-                self.queue.add(key)
-
-        def child_handler(kind: str, label: str = LABEL_NAME) -> Any:
-            async def on_child(event: dict[str, Any], **_: Any) -> None:
-                if not gate.keeps_children_of(owner_key(event["object"], label) or ("", "")):
-                    return  # another shard's fleet's
-                owner = self.store.put_child(kind, event["object"], deleted=event.get("type") == "DELETED", label=label)
-                if owner is not None and owner in self.store.sdeps:
-                    self.queue.add(owner, CHILD_EVENT_SECONDS)
-
-            on_child.__name__ = f"on_{kind.lower()}"
-            return on_child
-
-        kopf.on.event("apps", "v1", "deployments", labels=MANAGED, registry=registry)(child_handler("Deployment"))
-        kopf.on.event("", "v1", "services", labels=MANAGED, registry=registry)(child_handler("Service"))
-        kopf.on.event("", "v1", "pods", labels={LABEL_NAME: kopf.PRESENT}, registry=registry)(child_handler("Pod"))
-        kopf.on.event("batch", "v1", "jobs", labels={LABEL_PREFLIGHT: kopf.PRESENT}, registry=registry)(
-            child_handler("Job")
-        )
-        kopf.on.event("", "v1", "pods", labels={LABEL_PREFLIGHT: kopf.PRESENT}, registry=registry)(
-            child_handler(PREFLIGHT_POD, LABEL_PREFLIGHT)
-        )
+        fleets = FleetWatcher(gate, self.queue, backing_off=lambda key: workers.reconciler.backoff.failures(key) > 0)
+        kopf.on.event(GROUP, VERSION, PLURAL, registry=registry, id="speculative_deployment")(fleets.on_event)
+        for watch in CHILD_WATCHES:
+            on_child = ChildWatcher(watch, gate, self.store, self.queue).on_event
+            kopf.on.event(
+                watch.group,
+                watch.version,
+                watch.plural,
+                labels=watch.labels,
+                registry=registry,
+                id=f"on_{watch.kind.lower()}",
+            )(on_child)
         return registry
+
+    def login(self, **_: Any) -> kopf.ConnectionInfo:
+        return kopf.ConnectionInfo(**connection_info(self.kube.api_client))

@@ -18,12 +18,15 @@ from kubernetes.dynamic.resource import Resource
 
 from specfleet import __version__
 from specfleet.api.vocabulary import API_VERSION, FIELD_MANAGER, KIND
+from specfleet.controller.events import EventCorrelator, EventWrite, Involved
 from specfleet.controller.metrics import API_REQUESTS
 
 Manifest = dict[str, Any]
 USER_AGENT = f"specfleet/{__version__}"
 FINISHED_PODS_EXCLUDED = "status.phase!=Succeeded,status.phase!=Failed"
 """The scheduler's own selector for the pods that hold node resources."""
+EVENT_MESSAGE_LIMIT = 1024
+"""Characters of an Event's message (events.k8s.io's own limit)."""
 
 
 class SecretError(Exception):
@@ -85,6 +88,7 @@ class Kube:
         self.api_client = api_client
         self._dynamic = DynamicClient(api_client)
         self._resources: dict[tuple[str, str], Resource] = {}
+        self.events = EventCorrelator()
 
     def _resource(self, api_version: str, kind: str) -> Resource:
         if (api_version, kind) not in self._resources:
@@ -228,30 +232,52 @@ class Kube:
         return str(data[key])
 
     def post_event(self, involved: dict[str, Any], event_type: str, reason: str, message: str) -> None:
-        """A core/v1 Event on the SpeculativeDeployment (what `kubectl describe sdep` shows)."""
+        """A core/v1 Event on the SpeculativeDeployment (what `kubectl describe sdep` shows): a new one, or, when it
+        said the same (or ten similar things) lately, that Event's count and lastTimestamp patched
+        (`controller.events`, as client-go's EventRecorder aggregates)."""
         meta = involved["metadata"]
-        now = datetime.now(UTC).isoformat()
+        who = Involved(meta["namespace"], meta["name"], str(meta.get("uid") or ""))
+        message = message[:EVENT_MESSAGE_LIMIT]
+        write = self.events.correlate(who, event_type, reason, message, datetime.now(UTC))
+        if not write.create:
+            try:
+                self._patch_event(who, write)
+                return
+            except NotFoundError:  # expired (the API server's event TTL) or deleted: say it anew
+                self.events.forget(who, event_type, reason, write.message)
+                write = self.events.correlate(who, event_type, reason, message, datetime.now(UTC))
         API_REQUESTS.labels("create", "Event").inc()
         self._resource("v1", "Event").create(
-            namespace=meta["namespace"],
+            namespace=who.namespace,
             body={
                 "apiVersion": "v1",
                 "kind": "Event",
-                "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+                "metadata": {"name": write.name, "namespace": who.namespace},
                 "involvedObject": {
                     "apiVersion": API_VERSION,
                     "kind": KIND,
-                    "name": meta["name"],
-                    "namespace": meta["namespace"],
+                    "name": who.name,
+                    "namespace": who.namespace,
                     "uid": meta.get("uid"),
                 },
                 "type": event_type,
                 "reason": reason,
-                "message": message[:1024],
-                "firstTimestamp": now,
-                "lastTimestamp": now,
-                "count": 1,
+                "message": write.message[:EVENT_MESSAGE_LIMIT],
+                "firstTimestamp": write.first_timestamp.isoformat(),
+                "lastTimestamp": write.last_timestamp.isoformat(),
+                "count": write.count,
                 "source": {"component": "specfleet"},
                 "reportingComponent": "specfleet",
             },
+        )
+
+    def _patch_event(self, who: Involved, write: EventWrite) -> None:
+        body = {
+            "count": write.count,
+            "lastTimestamp": write.last_timestamp.isoformat(),
+            "message": write.message[:EVENT_MESSAGE_LIMIT],
+        }
+        API_REQUESTS.labels("patch", "Event").inc()
+        self._resource("v1", "Event").patch(
+            name=write.name, namespace=who.namespace, body=body, content_type="application/merge-patch+json"
         )

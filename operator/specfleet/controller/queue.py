@@ -90,10 +90,11 @@ class FailureBackoff(Generic[K]):
     """How long a key waits after failed reconciles in a row: `base` x 2^(failures - 1), at most `cap`, per key;
     a success forgets the key's failures (client-go's ItemExponentialFailureRateLimiter). A fleet whose
     reconcile keeps failing (a bug, an API server refusing its writes) is retried ever less often instead of
-    every few seconds forever, and does not slow the others."""
+    every few seconds forever, and does not slow the others. After `stall_after` failures in a row the key is
+    `stalled`: still retried at the cap, but no longer a passing hiccup, and the status says so."""
 
-    def __init__(self, base: float = 5.0, cap: float = 300.0) -> None:
-        self.base, self.cap = base, cap
+    def __init__(self, base: float = 5.0, cap: float = 300.0, stall_after: int = 10) -> None:
+        self.base, self.cap, self.stall_after = base, cap, stall_after
         self._failures: dict[K, int] = {}
 
     def failed(self, key: K) -> float:
@@ -104,6 +105,9 @@ class FailureBackoff(Generic[K]):
 
     def failures(self, key: K) -> int:
         return self._failures.get(key, 0)
+
+    def stalled(self, key: K) -> bool:
+        return self.failures(key) >= self.stall_after
 
     def succeeded(self, key: K) -> None:
         self._failures.pop(key, None)

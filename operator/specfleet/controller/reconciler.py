@@ -18,7 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from kubernetes.dynamic.exceptions import (
@@ -203,15 +203,14 @@ class Reconciler:
         so that `kubectl describe` shows what the log says. Best effort: the API server may be what failed."""
         if key not in self.store.sdeps:
             return
-        failures = self.backoff.failures(key)
-        times = f"{failures} times in a row" if failures > 1 else "once"
-        message = f"the last reconcile failed ({times}): {what[:MESSAGE_LIMIT]}; tried again in {after:.0f}s"
+        retry_at = self.clock() + timedelta(seconds=after)
+        reason, message = failed_sync(self.backoff.failures(key), self.backoff.stalled(key), what, retry_at)
         try:
-            await self._blocking(self._write_condition, key, message)
+            await self._blocking(self._write_condition, key, reason, message)
         except Exception as error:  # the failure itself is logged already; this write is only a courtesy
             logger.debug("%s/%s: the failure could not be written to status: %s", *key, _said(error))
 
-    def _write_condition(self, key: Key, message: str) -> None:
+    def _write_condition(self, key: Key, reason: str, message: str) -> None:
         """Read afresh (the failed pass may have written the status the store has not seen), then patch over it."""
         body = self.kube.read(API_VERSION, KIND, *key)
         if body is None:
@@ -222,7 +221,7 @@ class Reconciler:
             status.conditions,
             ConditionType.SYNCED,
             ConditionStatus.FALSE,
-            "ReconcileError",
+            reason,
             message,
             self.clock(),
             int(meta.get("generation") or 0),
@@ -786,6 +785,22 @@ permission in far fewer."""
 
 class UrlNotAllowedError(Exception):
     """The Prometheus URL a spec names is not under the operator's allow-list; the message names the field."""
+
+
+RECONCILE_ERROR = "ReconcileError"
+"""`Synced=False` while a fleet's reconcile fails: the backoff is still short, the cause may pass by itself."""
+RECONCILE_STALLED = "ReconcileStalled"
+"""`Synced=False` once it has failed `FailureBackoff.stall_after` times in a row: retried at the capped wait, but
+something (RBAC, a webhook, a bug) needs a person."""
+
+
+def failed_sync(failures: int, stalled: bool, what: str, retry_at: datetime) -> tuple[str, str]:
+    """The `Synced=False` condition's reason and message after a failed reconcile: what failed, how often in a row,
+    and the time of the next try (a time, not a wait, so it stays true while the condition is read later)."""
+    times = f"{failures} times in a row" if failures > 1 else "once"
+    retry = retry_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    message = f"the last reconcile failed ({times}): {what[:MESSAGE_LIMIT]}; next try at {retry}"
+    return (RECONCILE_STALLED if stalled else RECONCILE_ERROR), message
 
 
 def _unasked(error: Exception) -> str:

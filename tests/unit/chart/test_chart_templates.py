@@ -32,7 +32,7 @@ NAMESPACED_RULES = [
     {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch", "create", "delete"]},
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
 ]
 """Exactly what operator/specfleet/controller (kube.py, handlers.py) calls, per watched namespace."""
 CRD_DISCOVERY = {

@@ -111,3 +111,14 @@ def test_the_wait_stays_at_the_cap_however_long_a_key_fails() -> None:
     for _ in range(10_000):
         wait = backoff.failed("forever")
     assert wait == 300.0
+
+
+def test_a_key_is_stalled_from_its_tenth_failure_in_a_row_until_a_success() -> None:
+    backoff: FailureBackoff[str] = FailureBackoff(base=5.0, cap=300.0, stall_after=10)
+
+    stalled = [(backoff.failed("broken"), backoff.stalled("broken")) for _ in range(11)]
+
+    assert [is_stalled for _, is_stalled in stalled] == [False] * 9 + [True, True]
+    assert stalled[-1][0] == 300.0  # a stalled key is still tried again, at the cap
+    backoff.succeeded("broken")
+    assert not backoff.stalled("broken")

@@ -22,7 +22,7 @@ from specfleet.api.vocabulary import LABEL_NAME, LABEL_REVISION, LABEL_TRACK, Tr
 from specfleet.controller import reconciler as reconciler_module
 from specfleet.controller.kube import SecretError
 from specfleet.controller.queue import WorkQueue
-from specfleet.controller.reconciler import Reconciler
+from specfleet.controller.reconciler import RECONCILE_ERROR, RECONCILE_STALLED, Reconciler, failed_sync
 from specfleet.controller.store import Store
 from specfleet.hardware import GPU_RESOURCE, MI300X, PRODUCT_NAME_LABEL
 from specfleet.render.manifests import deployment, revision, service
@@ -530,6 +530,52 @@ def test_a_failing_reconcile_says_so_in_status_with_what_failed_and_its_analysis
     synced = next(c for c in failed["conditions"] if c["type"] == "Synced")
     assert synced["status"] == "False" and synced["reason"] == "ReconcileError"
     assert "API error 403 Forbidden: deployments.apps is forbidden" in synced["message"], synced
+    assert synced["message"].endswith("next try at 2026-11-29T12:00:05Z"), synced  # NOW + the first 5 s wait
+
+
+def failed_pass_after(earlier_failures: int) -> dict[str, Any]:
+    """The Synced condition a reconcile refused by the API server writes, after `earlier_failures` in a row."""
+    store, _ = canary_world()
+    kube = ForbiddenKube()
+    kube.watch = store
+    queue = WorkQueue()
+    reconciler = Reconciler(kube, store, queue, clock=lambda: NOW)  # type: ignore[arg-type]
+    for _ in range(earlier_failures):
+        reconciler.backoff.failed(KEY)
+
+    async def one_pass() -> None:
+        queue.add(KEY)
+        worker = asyncio.create_task(reconciler.run_worker())
+        for _ in range(500):
+            if len(kube.status_writes) >= 2:
+                break
+            await asyncio.sleep(0.01)
+        worker.cancel()
+
+    asyncio.run(one_pass())
+    failed, _ = kube.status_writes[1]
+    return next(c for c in failed["conditions"] if c["type"] == "Synced")
+
+
+def test_a_reconcile_that_fails_ten_times_in_a_row_is_stalled_and_still_retried_at_the_cap() -> None:
+    ninth = failed_pass_after(8)
+    tenth = failed_pass_after(9)
+
+    assert ninth["reason"] == RECONCILE_ERROR and "(9 times in a row)" in ninth["message"], ninth
+    assert ninth["message"].endswith("next try at 2026-11-29T12:05:00Z"), ninth  # 5 s x 2^8 capped at 5 minutes
+    assert tenth["reason"] == RECONCILE_STALLED and "(10 times in a row)" in tenth["message"], tenth
+    assert tenth["message"].endswith("next try at 2026-11-29T12:05:00Z"), tenth
+
+
+def test_the_synced_message_names_the_failure_and_the_time_of_the_next_try() -> None:
+    retry_at = datetime.fromisoformat("2026-11-29T14:00:20+01:00")  # said in UTC, whatever zone the clock has
+
+    assert failed_sync(1, False, "API error 500", retry_at) == (
+        RECONCILE_ERROR,
+        "the last reconcile failed (once): API error 500; next try at 2026-11-29T13:00:20Z",
+    )
+    reason, message = failed_sync(12, True, "x" * 5000, retry_at)
+    assert reason == RECONCILE_STALLED and "(12 times in a row)" in message and len(message) < 500
 
 
 # 4. a retiring canary goes only once its traffic is seen off
