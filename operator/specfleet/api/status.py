@@ -513,8 +513,12 @@ class SpeculativeDeploymentStatus(ApiModel):
     conditions: Annotated[list[Condition], Field(max_length=16)] = []
     """`Available` (Ready pods cover `replicas`, stable has one), `Progressing` (its reason says what the rollout
     waits for), `RolledOut` (True once the spec's revision serves, False when it was rolled back or aborted or
-    the spec is invalid, Unknown meanwhile: for `kubectl wait`), `SpecValid`, `Guarded` (canaries are judged
-    from Prometheus) and, with `rollout.drift`, `SpeculationPaying`."""
+    the spec is invalid, Unknown meanwhile: for `kubectl wait`), `Ready` (True only once the current generation
+    is rolled out with no live canary), `Reconciling` (True while a canary, a promotion or starting replicas move
+    the fleet) and `Stalled` (True when rolled back, aborted, the spec invalid, no room for the canary's pods or
+    a promotion past its deadline), the last two in the kstatus convention GitOps tools read (never both True),
+    `SpecValid`, `Guarded` (canaries are judged from Prometheus), `Synced` and, with `rollout.drift`,
+    `SpeculationPaying`."""
     stable_revision: Annotated[str, Field(max_length=63)] | None = None
     """The revision the stable track (`<name>-stable`) serves: a hash of what its pods run (image, `vllm serve`
     command line, environment, GPU placement)."""

@@ -88,3 +88,12 @@ class ConditionType(StrEnum):
     """Whether the rollout of the spec has ended (`api.rollout_result`): True when it succeeded, False when it
     failed (rolled back, aborted, invalid spec), Unknown while it goes on, so that `kubectl wait
     --for=condition=RolledOut` and `--for=condition=RolledOut=False` each return only at an end."""
+    READY = "Ready"
+    """True only when the current generation is fully rolled out with no live canary (`RolledOut` True);
+    False otherwise, so `kubectl wait --for=condition=Ready` returns when the spec is promoted and not before."""
+    RECONCILING = "Reconciling"
+    """kstatus' in-progress condition: True while a canary, a promotion or replicas starting move the fleet;
+    False otherwise (`rollout.health`)."""
+    STALLED = "Stalled"
+    """kstatus' failed condition: True when the rollout will not go on by itself (rolled back, aborted,
+    invalid spec, no room for the canary's pods, a promotion past its deadline); False otherwise."""

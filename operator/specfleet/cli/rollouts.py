@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from specfleet.api.durations import parse_duration
-from specfleet.api.vocabulary import GROUP, PLURAL, PROMOTE_FULL, SERVING_FIELDS, VERSION, Command
+from specfleet.api.vocabulary import GROUP, PLURAL, PROMOTE_FULL, SERVING_FIELDS, VERSION, Command, command_target
 from specfleet.cli.view import (
     Cluster,
     Output,
@@ -156,6 +156,20 @@ def _target(command: Command, status: dict[str, Any]) -> str | None:
     return canary if canary and canary != status.get("stableRevision") else None
 
 
+def command_annotation(command: Command, value: str, status: dict[str, Any], now: datetime) -> tuple[str, str] | None:
+    """The annotation a command writes (`specfleet.io/<command>`) and its value bound to what it acts on now
+    (`<value> revision=<rev> <time>`); None when there is nothing to act on. The Argo CD actions write the same."""
+    target = _target(command, status)
+    if target is None:
+        return None
+    return command.annotation, f"{value} revision={target} {now.isoformat(timespec='seconds')}"
+
+
+def paused_patch(paused: bool) -> dict[str, Any]:
+    """The merge patch `pause` (True) and `resume` (False) send."""
+    return {"spec": {"paused": paused}}
+
+
 COMMAND_ATTEMPTS = 5
 
 
@@ -174,20 +188,18 @@ def _command(
     for _ in range(COMMAND_ATTEMPTS):
         obj = get(cluster, name)
         status = obj.get("status") or {}
-        target = _target(command, status)
-        if target is None:
+        written = command_annotation(command, value, status, datetime.now(UTC))
+        if written is None:
             what = (
                 "nothing to retry (no aborted or rolled-back revision)"
                 if command is Command.RETRY
                 else (f"no canary to {command.value} (phase {status.get('phase', 'Pending')})")
             )
             fail(f"{cluster.namespace}/{name}: {what}; nothing written")
-        stamped = f"{value} revision={target} {datetime.now(UTC).isoformat(timespec='seconds')}"
+        annotation, stamped = written
+        target = command_target(stamped)
         body = {
-            "metadata": {
-                "resourceVersion": obj["metadata"]["resourceVersion"],
-                "annotations": {command.annotation: stamped},
-            }
+            "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"], "annotations": {annotation: stamped}}
         }
         try:
             cluster.api.patch_namespaced_custom_object(GROUP, VERSION, cluster.namespace, PLURAL, name, body)
@@ -200,7 +212,7 @@ def _command(
             f"{command.value} requested for {cluster.namespace}/{name} (revision {target}); "
             f"`specfleet status {name} -w` to follow"
         )
-        return cluster, (command.annotation, stamped)
+        return cluster, written
     return fail(f"{cluster.namespace}/{name} kept changing; nothing written, try again")
 
 
@@ -268,7 +280,7 @@ def resume_command(
 
 def _set_paused(name: str, paused: bool, namespace: str | None, kubeconfig: str | None, context: str | None) -> None:
     cluster = connect(kubeconfig, context, namespace)
-    patch(cluster, name, {"spec": {"paused": paused}})
+    patch(cluster, name, paused_patch(paused))
     errors.print(f"{cluster.namespace}/{name} {'paused' if paused else 'resumed'}")
 
 

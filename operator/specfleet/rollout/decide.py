@@ -15,6 +15,7 @@ from specfleet.render.manifests import canary_replicas, revision
 from specfleet.rollout.canary import PAUSED, progress_canary, start_canary, step_replicas
 from specfleet.rollout.columns import with_columns
 from specfleet.rollout.experiment import run_experiment, slice_replicas
+from specfleet.rollout.health import with_health
 from specfleet.rollout.holdback import holdback_target, holdback_weight, keep_holdback
 from specfleet.rollout.lifecycle import drain, retire_canary, step_anew
 from specfleet.rollout.moves import Budget, TrackPods, budget, move
@@ -44,7 +45,7 @@ def decide(spec: SpeculativeDeploymentSpec, status: SpeculativeDeploymentStatus,
         p = run_experiment(p, desired)
     else:
         p = progress_canary(start_canary(p, desired) if p.status.canary_revision != desired else p)
-    return _finish(rolled_out(_drop_stale_commands(keep_holdback(drain(p)))))
+    return _finish(with_health(rolled_out(_drop_stale_commands(keep_holdback(drain(p))))))
 
 
 def _guarded_condition(p: Pass) -> Pass:
@@ -155,7 +156,7 @@ def _invalid_spec(p: Pass) -> Decision:
         c.type == ConditionType.SPEC_VALID and c.status == "False" and c.message == message for c in p.status.conditions
     )
     p = p.with_condition(ConditionType.SPEC_VALID, False, "InvalidSpec", message).with_status(phase=Phase.DEGRADED)
-    p = rolled_out(p)
+    p = with_health(rolled_out(p))
     if not already_said:
         p = p.with_event("InvalidSpec", message, warning=True)
     p = _with_replica_counts(p.but(canary_traffic=p.status.canary_weight > 0))
