@@ -25,3 +25,19 @@ GUARDRAILS: tuple[Guardrail, ...] = (
     error_rate.GUARDRAIL,
     error_rate_increase.GUARDRAIL,
 )
+
+
+def described() -> list[dict[str, object]]:
+    """The registry as data, for what reads it without importing the judge (the CLI's guardrail table)."""
+    return [
+        {
+            "name": g.name,
+            "field": g.field,
+            "default": g.default(),
+            "label": g.label,
+            "reads": g.reads.value,
+            "metrics": list(g.metrics),
+            "bounded": g.bounded,
+        }
+        for g in GUARDRAILS
+    ]
