@@ -10,6 +10,7 @@ from specfleet.judge.guardrails import (
     queue_time,
     step_latency,
     throughput,
+    time_to_first_token,
     token_latency_mean,
     token_latency_p95,
 )
@@ -24,6 +25,7 @@ GUARDRAILS: tuple[Guardrail, ...] = (
     throughput.GUARDRAIL,
     error_rate.GUARDRAIL,
     error_rate_increase.GUARDRAIL,
+    time_to_first_token.GUARDRAIL,
 )
 
 
