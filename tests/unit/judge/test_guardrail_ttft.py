@@ -16,7 +16,7 @@ VLLM_DEFAULT = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
     80.0, 160.0, 640.0, 2560.0,
 )  # fmt: skip
-"""vLLM's default time_to_first_token buckets (vllm/v1/metrics/buckets.py, 0.33.0)."""
+"""vLLM's default time_to_first_token buckets (`TIME_TO_FIRST_TOKEN_BUCKETS`, vllm/v1/metrics/buckets.py, 0.32.0)."""
 FINE = tuple(0.01 * 1.06**i for i in range(120))
 """Buckets 6% wide from 10 ms to ~11 s, as `--custom-histogram-buckets` can give time_to_first_token."""
 
