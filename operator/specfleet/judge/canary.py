@@ -56,11 +56,12 @@ def _computed(guardrail: str, check: Callable[[], Check]) -> Check:
 
 
 def _checks(look: Look, speculative: bool) -> list[Check]:
-    """The registry's guardrails the spec turns on, the custom ones among them; those that need requests only
-    once the canary has `minRequests` (else one `minRequests` check says what is missing)."""
+    """The registry's guardrails the spec turns on, in its order, with the custom ones after those that need no
+    requests; those that do are judged only once the canary has `minRequests` (else one `minRequests` check
+    says what is missing)."""
     g, canary = look.guardrails, look.canary
     judged = [(guardrail, limit) for guardrail in GUARDRAILS if (limit := guardrail.limit(g)) is not None]
-    judged = [(guardrail, limit) for guardrail, limit in judged if speculative or not guardrail.speculative_only]
+    judged = [(guardrail, limit) for guardrail, limit in judged if guardrail.judged(g, speculative)]
     checks = [
         _computed(guardrail.name, partial(guardrail.check, look, limit))
         for guardrail, limit in judged
