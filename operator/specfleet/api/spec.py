@@ -658,6 +658,11 @@ class Guardrails(ApiModel):
     """Largest relative increase of the mean per-token latency over the stable track's (0.05 = 5% slower):
     the typical request, which the p95 misses. The p95 is set by the prompts the drafter guesses worst,
     which gain least from any k: a k=1 canary 56% slower on average than k=5 moved the p95 by 7%."""
+    max_time_to_first_token_p95_regression: Annotated[float, Field(ge=0, le=10)] | None = None
+    """Optional: largest relative increase of the p95 time to first token over the stable track's (0.2 = 20%
+    slower; `vllm:time_to_first_token_seconds`). A draft model prefills every prompt too, which the per-token
+    latency does not see. vLLM's default buckets are too coarse for it (1 s to 2.5 s is one): give both tracks
+    finer `time_to_first_token` buckets in `--custom-histogram-buckets`, else it stays Inconclusive."""
     max_step_latency_p95_seconds: Annotated[float, Field(gt=0, le=3600)] | None = None
     """Optional absolute ceiling on the canary's p95 engine-step latency (vLLM's inter-token latency
     histogram, one observation per request per step): a stutter limit. A speculative step emits several

@@ -17,6 +17,7 @@ from specfleet.api.vocabulary import KIND, Track
 from specfleet.cli import rollouts
 from specfleet.cli.loadtest import loadtest_command
 from specfleet.cli.run import run
+from specfleet.cli.view import GUARDRAILS_HEADER, YAML_WIDTH
 from specfleet.console import make_console
 from specfleet.devcluster.cli import app as dev_app
 from specfleet.render.policy import DEFAULT_POLICY, TemplatePolicy
@@ -212,6 +213,17 @@ def reference() -> None:
     from specfleet.api.reference import reference_markdown
 
     typer.echo(reference_markdown())
+
+
+@app.command()
+def guardrails() -> None:
+    """Print the built-in guardrails (spec field, default, metrics, how `status` shows them) as YAML, from the
+    judge's registry: `kubectl specfleet status` reads its copy of this without importing the judge."""
+    import yaml
+
+    from specfleet.judge.guardrails import described
+
+    typer.echo(GUARDRAILS_HEADER + yaml.safe_dump(described(), sort_keys=False, width=YAML_WIDTH), nl=False)
 
 
 @app.command(name="render")

@@ -13,7 +13,9 @@ The evidence is everything since the step started, and the bounds are a confiden
 (`specfleet.stats.sequence_z`): valid at every look at once, narrowing as the evidence grows.
 
 By concern: `evidence` (what a track measured, the shared formulas), `verdicts` (one guardrail's verdict
-from its bounds), `canary` (the guardrails and `judge`), `custom` (user-defined guardrails, with the same
+from its bounds), `guardrail` (what a guardrail is: the interface and the `Look` it judges), `guardrails/`
+(one module per built-in guardrail, and the `GUARDRAILS` registry), `comparisons` (the shapes of check several
+share), `canary` (`judge`: every guardrail, one verdict), `custom` (user-defined guardrails, with the same
 statistics), `speedup` (the holdback speed-up), `drift` (the serving fleet against promotion), `wording`
 (how numbers read in reasons).
 """

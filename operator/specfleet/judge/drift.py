@@ -5,8 +5,9 @@ from dataclasses import dataclass, replace
 from specfleet.api.spec import DriftSpec, Guardrails
 from specfleet.api.status import DriftReference, TrafficProfile, Verdict
 from specfleet.judge import wording
-from specfleet.judge.canary import Look, p95_ceiling
+from specfleet.judge.comparisons import p95_ceiling
 from specfleet.judge.evidence import TrackEvidence, ratio, rounded
+from specfleet.judge.guardrail import Look
 from specfleet.judge.verdicts import LOAD_TOLERANCE, Check
 from specfleet.stats import rate_ratio_bounds, wilson_bounds, z_score
 
