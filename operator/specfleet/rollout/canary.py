@@ -36,13 +36,13 @@ def supersede_canary(p: Pass, desired: str) -> Pass:
 def start_canary(p: Pass, desired: str) -> Pass:
     p = supersede_canary(p, desired)
     p = p.with_status(
+        FRESH_EVIDENCE,
         canary_revision=desired,
         current_step=0,
         step_started_at=p.obs.now,
         canary_started_at=p.obs.now,
         canary_unguarded=p.spec.rollout.unguarded,
         last_analysis=None,
-        **FRESH_EVIDENCE,
         retiring_revision=None,  # the canary Deployment is taken over by the new revision
         traffic_off_at=None,
     )
@@ -78,7 +78,7 @@ def _clamp_step(p: Pass) -> Pass:
     last = len(p.spec.rollout.steps) - 1
     if (p.status.current_step or 0) <= last:
         return p
-    p = p.with_status(current_step=last, **step_anew(p.obs.now))
+    p = p.with_status(step_anew(p.obs.now), current_step=last)
     return p.with_event(
         "StepsChanged", f"the steps were shortened: canary {p.status.canary_revision} at {step_label(p)}"
     )
@@ -289,8 +289,8 @@ def _end_step(p: Pass) -> Pass | Decided:
     assert step_index is not None
     if step_index < len(p.spec.rollout.steps) - 1:
         p = p.with_status(
+            step_anew(p.obs.now),
             current_step=step_index + 1,
-            **step_anew(p.obs.now),
         )
         p = p.with_event("StepAdvanced", f"canary {p.status.canary_revision} to {step_label(p)}")
         return p.in_phase(Phase.PROGRESSING, True, "CanaryStep", step_label(p))

@@ -85,7 +85,7 @@ def _pause_or_resume(p: Pass) -> Pass:
     p = p.with_status(paused_at=None).with_event("Resumed", f"rollout resumed after {_duration(p.obs.now - paused_at)}")
     if live_canary(p.status) is None or p.status.current_step is None:
         return p
-    return p.with_status(**step_anew(p.obs.now), unjudged_since=None)
+    return p.with_status(step_anew(p.obs.now), unjudged_since=None)
 
 
 def _duration(elapsed: timedelta) -> str:
