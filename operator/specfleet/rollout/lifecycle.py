@@ -5,6 +5,7 @@ from typing import Final
 
 from specfleet.api.spec import FallbackAction
 from specfleet.api.status import Outcome, Phase, StatusChanges, Verdict
+from specfleet.api.vocabulary import Track
 from specfleet.rollout.drift import reference_at_promotion
 from specfleet.rollout.holdback import holdback_at_promotion
 from specfleet.rollout.moves import budget
@@ -115,11 +116,13 @@ def drain(p: Pass) -> Pass:
     if status.canary_revision is not None:  # a new canary took the Deployment over
         return p.with_status(retiring_revision=None, traffic_off_at=None)
     if status.traffic_off_at is None:
-        if p.obs.stable.ready == 0:
+        if p.obs.track(Track.STABLE).ready == 0:
             return p.but(canary_traffic=True)  # stable has nothing Ready: the canary keeps serving meanwhile
         limits = budget(p.spec)
         floor = limits.floor(p.spec.main_replicas) if limits is not None else 0
-        if p.obs.canary.serving and p.obs.stable.serving < floor:  # its pods go back to stable one by one
+        if (
+            p.obs.track(Track.CANARY).serving and p.obs.track(Track.STABLE).serving < floor
+        ):  # its pods go back to stable one by one
             return p.but(canary_traffic=True)
         p = p.with_status(traffic_off_at=now)
     p = p.but(canary_traffic=False)
