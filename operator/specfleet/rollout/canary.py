@@ -202,7 +202,8 @@ def _wait_for_canary(p: Pass) -> Pass | Decided:
     capacity does not drop while the new step's pods load.
     """
     spec, obs, status, wanted = p.spec, p.obs, p.status, step_replicas(p)
-    if obs.track(Track.CANARY).revision == status.canary_revision and obs.track(Track.CANARY).ready >= wanted:
+    canary = obs.track(Track.CANARY)
+    if canary.revision == status.canary_revision and canary.ready >= wanted:
         return p
     if status.step_ready_at is not None:
         ready_for = max(0, int((obs.now - status.step_ready_at).total_seconds()))
@@ -210,30 +211,19 @@ def _wait_for_canary(p: Pass) -> Pass | Decided:
             step_ready_at=None, evidence_since=None, step_ready_seconds=status.step_ready_seconds + ready_for
         )
     moving = budget(spec) is not None
-    if (
-        moving
-        and obs.track(Track.CANARY).revision == status.canary_revision
-        and obs.track(Track.CANARY).ready > status.ready_replicas.canary
-    ):
+    if moving and canary.revision == status.canary_revision and canary.ready > status.ready_replicas.canary:
         p = p.with_status(step_progressed_at=obs.now)  # pods swapped one by one: each Ready pod is progress
     started = p.status.step_progressed_at or p.status.step_started_at or obs.now
     deadline = started + parse_duration(spec.rollout.progress_deadline) + timedelta(seconds=p.status.step_ready_seconds)
     if obs.now >= deadline:
-        detail = f": {obs.track(Track.CANARY).unschedulable}" if obs.track(Track.CANARY).unschedulable else ""
+        detail = f": {canary.unschedulable}" if canary.unschedulable else ""
         reason = f"ProgressDeadlineExceeded: canary not Ready within {spec.rollout.progress_deadline}{detail}"
         return Decided(abort(p, Outcome.ABORTED, reason))
     # The canary keeps its Ready pods' traffic once it has served; when pods move within maxSurge, each
     # Ready pod serves at once (the pods stable gave up for it are not serving either).
     served = status.canary_weight > 0 or moving
-    p = p.but(
-        canary_traffic=served
-        and obs.track(Track.CANARY).revision == status.canary_revision
-        and obs.track(Track.CANARY).ready > 0
-    )
-    reason, waiting = (
-        "CanaryStarting",
-        obs.track(Track.CANARY).unschedulable or f"{obs.track(Track.CANARY).ready}/{wanted} canary replicas ready",
-    )
+    p = p.but(canary_traffic=served and canary.revision == status.canary_revision and canary.ready > 0)
+    reason, waiting = "CanaryStarting", canary.unschedulable or f"{canary.ready}/{wanted} canary replicas ready"
     request = _capacity_request(p, wanted, moving)
     room = obs.room if request is not None and obs.room is not None and obs.room.request == request else None
     if room is not None and not room.fits:
@@ -255,9 +245,8 @@ def _capacity_request(p: Pass, wanted: int, moving: bool) -> GpuRequest | None:
     Pending once nothing is terminating: another pod took the GPUs stable released.
     """
     obs, spec = p.obs, p.spec
-    canary = (
-        obs.track(Track.CANARY) if obs.track(Track.CANARY).revision == p.status.canary_revision else TrackObservation()
-    )
+    canary = obs.track(Track.CANARY)
+    canary = canary if canary.revision == p.status.canary_revision else TrackObservation()
     if not moving:
         pods = wanted - canary.placed
     elif canary.unschedulable and not canary.terminating and not obs.track(Track.STABLE).terminating:

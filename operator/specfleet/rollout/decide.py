@@ -343,32 +343,24 @@ def _moved_targets(p: Pass, limits: Budget) -> tuple[TrackTarget | None, int, in
     by the spec going back) gives its pods back to stable the same way, serving until stable alone covers
     the floor of Ready pods (see `lifecycle.drain`).
     """
-    status, obs, total = p.status, p.obs, p.spec.main_replicas
-    stable = TrackPods(
-        obs.track(Track.STABLE).replicas, obs.track(Track.STABLE).serving, obs.track(Track.STABLE).terminating
-    )
-    canary_serving = obs.track(Track.CANARY).serving if p.canary_traffic else 0
-    canary = TrackPods(
-        obs.track(Track.CANARY).replicas,
-        canary_serving,
-        obs.track(Track.CANARY).terminating,
-        bool(obs.track(Track.CANARY).unschedulable),
-    )
+    status, total = p.status, p.spec.main_replicas
+    seen_stable, seen_canary = p.obs.track(Track.STABLE), p.obs.track(Track.CANARY)
+    stable = TrackPods(seen_stable.replicas, seen_stable.serving, seen_stable.terminating)
+    canary_serving = seen_canary.serving if p.canary_traffic else 0
+    canary = TrackPods(seen_canary.replicas, canary_serving, seen_canary.terminating, bool(seen_canary.unschedulable))
     revision = status.canary_revision
     if revision is None or p.preflight_wanted:  # the canary's pods go back to stable (or there are none)
         back = move(total, total, limits, giver=canary, taker=stable)
         return None, back.taker, back.giver if status.retiring_revision is not None else None
     config = p.served_spec(revision).serving()
     if revision == status.stable_revision:  # promoting
-        rolled = obs.track(Track.STABLE).revision == revision and obs.track(Track.STABLE).settled
+        rolled = seen_stable.revision == revision and seen_stable.settled
         if not rolled:  # stable's own rolling update first, the canary serving beside it
             # at most what the budget leaves beside the canary's pods: a Deployment scaled up by hand
             # past it would wait forever for a pod the pool cannot hold
-            room = max(0, total + limits.surge - obs.track(Track.CANARY).replicas - obs.track(Track.CANARY).terminating)
-            held = (
-                min(obs.track(Track.STABLE).replicas, room) if obs.track(Track.STABLE).revision is not None else total
-            )
-            return TrackTarget(revision, config, obs.track(Track.CANARY).replicas), held, None
+            room = max(0, total + limits.surge - seen_canary.replicas - seen_canary.terminating)
+            held = min(seen_stable.replicas, room) if seen_stable.revision is not None else total
+            return TrackTarget(revision, config, seen_canary.replicas), held, None
         back = move(total, total, limits, giver=canary, taker=stable)
         return TrackTarget(revision, config, back.giver), back.taker, None
     assert status.current_step is not None
