@@ -5,7 +5,7 @@ from typing import Any
 
 from specfleet.api.spec import SpeculativeDeploymentSpec
 from specfleet.api.status import Analysis, ConditionStatus, Measurements, Phase, SpeculativeDeploymentStatus, Verdict
-from specfleet.api.vocabulary import ConditionType
+from specfleet.api.vocabulary import ConditionType, Track
 from specfleet.render.manifests import revision
 from specfleet.rollout import Decision, Observation, TrackObservation, decide
 
@@ -51,9 +51,7 @@ class Fleet:
                 "now": self.now,
                 "generation": self.generation,
                 "desired_revision": revision(self.spec),
-                "stable": self.stable,
-                "canary": self.canary,
-                "holdback": self.holdback,
+                "tracks": {Track.STABLE: self.stable, Track.CANARY: self.canary, Track.HOLDBACK: self.holdback},
                 "commands": dict(self.commands),
                 "analysis": analysis,
                 "prometheus": self.guarded,
@@ -84,19 +82,29 @@ class Fleet:
     def converge(self) -> Decision:
         """Let the Deployments reach what the decision asked for, then decide again."""
         decision = self.last or self.step()
-        if decision.stable:
-            always = decision.holdback is not None  # stable's pods carry the always-served label then
+        if decision.target(Track.STABLE):
+            always = decision.target(Track.HOLDBACK) is not None  # stable's pods carry the always-served label then
             self.stable = TrackObservation(
-                decision.stable.revision, decision.stable.replicas, settled=True, always_served=always
+                decision.target(Track.STABLE).revision,
+                decision.target(Track.STABLE).replicas,
+                settled=True,
+                always_served=always,
             )
         self.holdback = (
-            TrackObservation(decision.holdback.revision, decision.holdback.replicas, settled=True, always_served=True)
-            if decision.holdback
+            TrackObservation(
+                decision.target(Track.HOLDBACK).revision,
+                decision.target(Track.HOLDBACK).replicas,
+                settled=True,
+                always_served=True,
+            )
+            if decision.target(Track.HOLDBACK)
             else TrackObservation()
         )
         self.canary = (
-            TrackObservation(decision.canary.revision, decision.canary.replicas, settled=True)
-            if decision.canary
+            TrackObservation(
+                decision.target(Track.CANARY).revision, decision.target(Track.CANARY).replicas, settled=True
+            )
+            if decision.target(Track.CANARY)
             else TrackObservation()
         )
         return self.step()

@@ -35,6 +35,14 @@ class Rule:
         return rule
 
 
+class UnknownFieldError(AttributeError):
+    """A copy of a model was asked to change fields the model does not have (a misspelt name, say)."""
+
+    def __init__(self, model: str, fields: list[str]) -> None:
+        self.model, self.fields = model, fields
+        super().__init__(f"{model} has no field {', '.join(fields)}")
+
+
 class ApiModel(BaseModel):
     """camelCase aliases, unknown fields refused (as kubectl's strict field validation does)."""
 
@@ -49,6 +57,14 @@ class ApiModel(BaseModel):
     )
 
     rules: ClassVar[tuple[Rule, ...]] = ()
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """pydantic's copy, but a key that names no field raises instead of vanishing from the copy (pydantic
+        sets it as an attribute that no dump, and so no status write, ever carries)."""
+        unknown = sorted(set(update or ()) - set(type(self).model_fields))
+        if unknown:
+            raise UnknownFieldError(type(self).__name__, unknown)
+        return super().model_copy(update=update, deep=deep)
 
     @model_validator(mode="after")
     def _check_rules(self) -> Self:

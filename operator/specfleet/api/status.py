@@ -2,7 +2,7 @@
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, TypedDict
 
 from pydantic import Field, JsonValue, WithJsonSchema
 
@@ -611,3 +611,50 @@ class SpeculativeDeploymentStatus(ApiModel):
     """Load points and the proposed batch-size schedule of the depth (with `spec.autoTune`)."""
     acknowledged_commands: Annotated[dict[str, Annotated[str, Field(max_length=256)]], Field(max_length=8)] = {}
     """Command annotations already acted on (name -> value), so a restart never acts on one twice."""
+
+
+class StatusChanges(TypedDict, total=False):
+    """Fields of `SpeculativeDeploymentStatus` to change, as typed keyword arguments (`Pass.with_status`): a
+    misspelt name or a wrong type fails mypy, and `model_copy` refuses an unknown name at run time. A unit test
+    keeps the keys and types equal to the model's fields."""
+
+    phase: Phase
+    observed_generation: int | None
+    conditions: list[Condition]
+    stable_revision: str | None
+    canary_revision: str | None
+    config: str
+    current_step: int | None
+    step_progress: str
+    canary_weight: int
+    step_started_at: datetime | None
+    step_ready_at: datetime | None
+    canary_started_at: datetime | None
+    canary_unguarded: bool
+    paused_at: datetime | None
+    failed_analyses: int
+    analyses: int
+    evidence_since: datetime | None
+    unjudged_since: datetime | None
+    no_data_seconds: int
+    provider_error_seconds: int
+    canary_restarts_accepted: int | None
+    step_progressed_at: datetime | None
+    step_ready_seconds: int
+    retiring_revision: str | None
+    traffic_off_at: datetime | None
+    replicas: int
+    ready_replicas: TrackReplicas
+    ready_summary: str
+    selector: str
+    last_analysis: Analysis | None
+    canary_token_latency_p95_ms: float | None
+    history: list[HistoryEntry]
+    stable_serving: dict[str, JsonValue] | None
+    rejected_revision: str | None
+    experiment: ExperimentStatus | None
+    preflight: PreflightStatus | None
+    drift: DriftStatus | None
+    holdback: HoldbackStatus | None
+    auto_tune: AutoTuneStatus | None
+    acknowledged_commands: dict[str, str]

@@ -31,7 +31,7 @@ from kubernetes.dynamic.exceptions import (
 from urllib3.exceptions import HTTPError
 
 from specfleet.api.resource import SpeculativeDeployment
-from specfleet.api.status import Analysis, ConditionStatus, SpeculativeDeploymentStatus, Verdict
+from specfleet.api.status import Analysis, ConditionStatus, SpeculativeDeploymentStatus, StatusChanges, Verdict
 from specfleet.api.vocabulary import (
     ANNOTATION_HTTP_ROUTE,
     API_VERSION,
@@ -298,22 +298,37 @@ class Reconciler:
             observation = _with_problem(observation, refused[1])
         elif refused is not None:  # the spec changed: render and apply again
             del self._refused[key]
-        decision = decide(sdep.spec, sdep.status, observation)
-        if decision.analysis_due or decision.candidate_analyses_due:
-            observation = await self._analyses(sdep, url, decision, observation)
-            decision = decide(sdep.spec, sdep.status, observation)
-        if decision.capacity_due is not None:
-            gpu_room = await self._blocking(self._room, key, sdep, decision.capacity_due)
-            if gpu_room is not None:  # None: the observation is as it was, and so is the decision
-                observation = replace(observation, room=gpu_room)
-                decision = decide(sdep.spec, sdep.status, observation)
-        if decision.fleet_look_due and url is not None:
-            look = await self._look(sdep, url, decision.status, observation.now)
-            decision = decide(sdep.spec, sdep.status, replace(observation, fleet_look=look))
+        decision = await self._decide(key, sdep, url, observation)
         children = {kind: self.store.children(kind, key) for kind in ("Deployment", "Service", "Job")}
         await self._blocking(self._apply, key, body, sdep, decision, children)
         after = decision.requeue_after.total_seconds() if decision.requeue_after is not None else None
         return min(after, self.resync_seconds) if after is not None else self.resync_seconds
+
+    async def _decide(
+        self, key: Key, sdep: SpeculativeDeployment, url: str | None, observation: Observation
+    ) -> Decision:
+        """The pass's decision: `decide`, then what it asked to be measured or checked first, deciding again
+        only with an answer that can change it. An analysis's verdict and a fleet look always can (they move
+        the rollout, or are recorded in the status), so a pass that measures decides twice; a GPU room that
+        fits changes nothing (`GpuRoom.fits`), so only a room too small is decided again. Each ask is answered
+        at most once a pass; what a pass costs: docs/architecture.md#one-pass-of-the-operator."""
+        decision = self._decision(sdep, observation)
+        if decision.analysis_due or decision.candidate_analyses_due:
+            observation = await self._analyses(sdep, url, decision, observation)
+            decision = self._decision(sdep, observation)
+        if decision.capacity_due is not None:
+            gpu_room = await self._blocking(self._room, key, sdep, decision.capacity_due)
+            if gpu_room is not None and not gpu_room.fits:  # None: unknown, so the decision stands as it is
+                observation = replace(observation, room=gpu_room)
+                decision = self._decision(sdep, observation)
+        if decision.fleet_look_due and url is not None:
+            look = await self._look(sdep, url, decision.status, observation.now)
+            decision = self._decision(sdep, replace(observation, fleet_look=look))
+        return decision
+
+    def _decision(self, sdep: SpeculativeDeployment, observation: Observation) -> Decision:
+        """One call of the pure `decide` (a seam for counting them: benchmarks/pass_cost.py)."""
+        return decide(sdep.spec, sdep.status, observation)
 
     async def _analyses(
         self, sdep: SpeculativeDeployment, url: str | None, decision: Decision, observation: Observation
@@ -456,7 +471,7 @@ class Reconciler:
             return set()
         if routed:  # traffic back to stable before any canary object goes
             holdback_service = children.get("Service", {}).get(child_name(sdep, Track.HOLDBACK))
-            self._set_route_weights(sdep, 0, decision.holdback_weight if holdback_service else 0)
+            self._set_route_weights(sdep, 0, decision.route_weight(Track.HOLDBACK) if holdback_service else 0)
         fleet = next(m for m in wanted if m["kind"] == "Service" and m["metadata"]["name"] == sdep.metadata.name)
         self._ensure(key, sdep, fleet, children.get("Service", {}).get(sdep.metadata.name))
         return {sdep.metadata.name}
@@ -501,8 +516,8 @@ class Reconciler:
     def _set_canary_route_weights(self, sdep: SpeculativeDeployment, decision: Decision) -> None:
         """After the children: the HTTPRoute sends traffic to the canary or the holdback only once their
         Services exist (weights back to 0 were set first, by `_take_traffic_off_canary`)."""
-        if self._routed(sdep) and (decision.route_weight > 0 or decision.holdback_weight > 0):
-            self._set_route_weights(sdep, decision.route_weight, decision.holdback_weight)
+        if self._routed(sdep) and any(decision.route_weights.values()):
+            self._set_route_weights(sdep, decision.route_weight(Track.CANARY), decision.route_weight(Track.HOLDBACK))
 
     def _prune_children(
         self,
@@ -635,14 +650,13 @@ class Reconciler:
     def _desired_children(self, sdep: SpeculativeDeployment, decision: Decision) -> list[Manifest]:
         children = [service(sdep, canary_traffic=decision.canary_traffic, holdback_traffic=decision.holdback_traffic)]
         routed = self._routed(sdep)
-        tracks = ((Track.STABLE, decision.stable), (Track.CANARY, decision.canary), (Track.HOLDBACK, decision.holdback))
-        for track, target in tracks:
-            if target is not None:
-                serving = sdep.model_copy(update={"spec": sdep.spec.with_serving(target.serving)})
-                always = track is Track.HOLDBACK or (track is Track.STABLE and decision.holdback is not None)
-                children.append(deployment(serving, track, target.revision, target.replicas, always_served=always))
-                if routed:
-                    children.append(service(sdep, track, route=self._route_name(sdep)))
+        with_holdback = Track.HOLDBACK in decision.targets
+        for track, target in decision.targets.items():
+            serving = sdep.model_copy(update={"spec": sdep.spec.with_serving(target.serving)})
+            always = track is Track.HOLDBACK or (track is Track.STABLE and with_holdback)
+            children.append(deployment(serving, track, target.revision, target.replicas, always_served=always))
+            if routed:
+                children.append(service(sdep, track, route=self._route_name(sdep)))
         for index, target in decision.candidates:
             serving = sdep.model_copy(update={"spec": sdep.spec.with_serving(target.serving)})
             children.append(deployment(serving, Track.CANDIDATE, target.revision, target.replicas, candidate=index))
@@ -743,7 +757,7 @@ class Reconciler:
     ) -> str:
         """Write the status if it changed, only over the version it was decided from; the version after it."""
         version = str(body.get("metadata", {}).get("resourceVersion", ""))
-        new = status.model_copy(update={"selector": fleet_selector(sdep)}).model_dump(
+        new = status.model_copy(update=StatusChanges(selector=fleet_selector(sdep))).model_dump(
             mode="json", by_alias=True, exclude_none=True
         )
         patch = merge_patch(body.get("status") or {}, new)

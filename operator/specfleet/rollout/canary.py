@@ -11,7 +11,7 @@ from datetime import timedelta
 from specfleet.api.durations import parse_duration
 from specfleet.api.spec import FallbackAction, SpeculativeDeploymentSpec
 from specfleet.api.status import Analysis, Outcome, Phase, PreflightStatus, Verdict
-from specfleet.api.vocabulary import PROMOTE_FULL, Command, ConditionType
+from specfleet.api.vocabulary import PROMOTE_FULL, Command, ConditionType, Track
 from specfleet.render.manifests import canary_replicas
 from specfleet.rollout.lifecycle import FRESH_EVIDENCE, abort, fail_canary, promote, step_anew, step_label
 from specfleet.rollout.moves import budget
@@ -36,13 +36,13 @@ def supersede_canary(p: Pass, desired: str) -> Pass:
 def start_canary(p: Pass, desired: str) -> Pass:
     p = supersede_canary(p, desired)
     p = p.with_status(
+        FRESH_EVIDENCE,
         canary_revision=desired,
         current_step=0,
         step_started_at=p.obs.now,
         canary_started_at=p.obs.now,
         canary_unguarded=p.spec.rollout.unguarded,
         last_analysis=None,
-        **FRESH_EVIDENCE,
         retiring_revision=None,  # the canary Deployment is taken over by the new revision
         traffic_off_at=None,
     )
@@ -78,7 +78,7 @@ def _clamp_step(p: Pass) -> Pass:
     last = len(p.spec.rollout.steps) - 1
     if (p.status.current_step or 0) <= last:
         return p
-    p = p.with_status(current_step=last, **step_anew(p.obs.now))
+    p = p.with_status(step_anew(p.obs.now), current_step=last)
     return p.with_event(
         "StepsChanged", f"the steps were shortened: canary {p.status.canary_revision} at {step_label(p)}"
     )
@@ -155,7 +155,7 @@ def _fail_on_crashes(p: Pass) -> Pass | Decided:
     canary started, read again from the pods after a restart. Stable's restarts are named beside as the
     baseline, never judged: its pods may be days old, and a broken stable is what a canary may be fixing.
     """
-    canary, status = p.obs.canary, p.status
+    canary, status = p.obs.track(Track.CANARY), p.status
     if _paused_by(p, CRASHED):
         if not p.applies(Command.PROMOTE):
             return Decided(p.but(canary_traffic=False))
@@ -174,7 +174,7 @@ def crash_reason(p: Pass, track: TrackObservation, accepted: int | None = None, 
     ones), with stable's restarts as the baseline; empty when they do not."""
     new_restarts = track.restarts - (accepted or 0)
     limit = p.spec.rollout.guardrails.max_canary_restarts
-    baseline = f"stable pods: {p.obs.stable.restarts} restarts"
+    baseline = f"stable pods: {p.obs.track(Track.STABLE).restarts} restarts"
     if track.oom_kills and (accepted is None or new_restarts > 0):
         c = track.oom_kills[0]
         restart = f" (restart {c.restarts})" if c.restarts else ""
@@ -202,7 +202,8 @@ def _wait_for_canary(p: Pass) -> Pass | Decided:
     capacity does not drop while the new step's pods load.
     """
     spec, obs, status, wanted = p.spec, p.obs, p.status, step_replicas(p)
-    if obs.canary.revision == status.canary_revision and obs.canary.ready >= wanted:
+    canary = obs.track(Track.CANARY)
+    if canary.revision == status.canary_revision and canary.ready >= wanted:
         return p
     if status.step_ready_at is not None:
         ready_for = max(0, int((obs.now - status.step_ready_at).total_seconds()))
@@ -210,19 +211,19 @@ def _wait_for_canary(p: Pass) -> Pass | Decided:
             step_ready_at=None, evidence_since=None, step_ready_seconds=status.step_ready_seconds + ready_for
         )
     moving = budget(spec) is not None
-    if moving and obs.canary.revision == status.canary_revision and obs.canary.ready > status.ready_replicas.canary:
+    if moving and canary.revision == status.canary_revision and canary.ready > status.ready_replicas.canary:
         p = p.with_status(step_progressed_at=obs.now)  # pods swapped one by one: each Ready pod is progress
     started = p.status.step_progressed_at or p.status.step_started_at or obs.now
     deadline = started + parse_duration(spec.rollout.progress_deadline) + timedelta(seconds=p.status.step_ready_seconds)
     if obs.now >= deadline:
-        detail = f": {obs.canary.unschedulable}" if obs.canary.unschedulable else ""
+        detail = f": {canary.unschedulable}" if canary.unschedulable else ""
         reason = f"ProgressDeadlineExceeded: canary not Ready within {spec.rollout.progress_deadline}{detail}"
         return Decided(abort(p, Outcome.ABORTED, reason))
     # The canary keeps its Ready pods' traffic once it has served; when pods move within maxSurge, each
     # Ready pod serves at once (the pods stable gave up for it are not serving either).
     served = status.canary_weight > 0 or moving
-    p = p.but(canary_traffic=served and obs.canary.revision == status.canary_revision and obs.canary.ready > 0)
-    reason, waiting = "CanaryStarting", obs.canary.unschedulable or f"{obs.canary.ready}/{wanted} canary replicas ready"
+    p = p.but(canary_traffic=served and canary.revision == status.canary_revision and canary.ready > 0)
+    reason, waiting = "CanaryStarting", canary.unschedulable or f"{canary.ready}/{wanted} canary replicas ready"
     request = _capacity_request(p, wanted, moving)
     room = obs.room if request is not None and obs.room is not None and obs.room.request == request else None
     if room is not None and not room.fits:
@@ -244,10 +245,11 @@ def _capacity_request(p: Pass, wanted: int, moving: bool) -> GpuRequest | None:
     Pending once nothing is terminating: another pod took the GPUs stable released.
     """
     obs, spec = p.obs, p.spec
-    canary = obs.canary if obs.canary.revision == p.status.canary_revision else TrackObservation()
+    canary = obs.track(Track.CANARY)
+    canary = canary if canary.revision == p.status.canary_revision else TrackObservation()
     if not moving:
         pods = wanted - canary.placed
-    elif canary.unschedulable and not canary.terminating and not obs.stable.terminating:
+    elif canary.unschedulable and not canary.terminating and not obs.track(Track.STABLE).terminating:
         pods = canary.replicas - canary.placed
     else:
         pods = 0
@@ -289,8 +291,8 @@ def _end_step(p: Pass) -> Pass | Decided:
     assert step_index is not None
     if step_index < len(p.spec.rollout.steps) - 1:
         p = p.with_status(
+            step_anew(p.obs.now),
             current_step=step_index + 1,
-            **step_anew(p.obs.now),
         )
         p = p.with_event("StepAdvanced", f"canary {p.status.canary_revision} to {step_label(p)}")
         return p.in_phase(Phase.PROGRESSING, True, "CanaryStep", step_label(p))
@@ -304,7 +306,7 @@ def _end_step(p: Pass) -> Pass | Decided:
 def _no_baseline(p: Pass) -> bool:
     """Nothing to compare the canary with: stable has no Ready pod, or an HTTPRoute gives it no traffic."""
     step = p.spec.rollout.steps[p.status.current_step or 0]
-    return p.obs.stable.ready == 0 or (p.obs.routed and step.weight >= 100)
+    return p.obs.track(Track.STABLE).ready == 0 or (p.obs.routed and step.weight >= 100)
 
 
 def _hold_step(p: Pass) -> Pass | Decided:

@@ -8,7 +8,7 @@ from specfleet.api.spec import (
     SpeculativeMethod,
     SpeculativeSpec,
 )
-from specfleet.api.status import SpeculativeDeploymentStatus
+from specfleet.api.status import SpeculativeDeploymentStatus, StatusChanges
 from specfleet.rollout.state import served_spec
 from specfleet.rollout.types import live_canary
 
@@ -18,12 +18,12 @@ def with_columns(spec: SpeculativeDeploymentSpec, status: SpeculativeDeploymentS
     last = status.last_analysis
     p95 = last.canary.token_latency_p95_seconds if last is not None else None
     return status.model_copy(
-        update={
-            "step_progress": step_progress(spec, status),
-            "ready_summary": f"{status.replicas}/{spec.replicas}",
-            "config": config_summary(spec, status)[:1024],
-            "canary_token_latency_p95_ms": None if p95 is None else round(p95 * 1000, 2),
-        }
+        update=StatusChanges(
+            step_progress=step_progress(spec, status),
+            ready_summary=f"{status.replicas}/{spec.replicas}",
+            config=config_summary(spec, status)[:1024],
+            canary_token_latency_p95_ms=None if p95 is None else round(p95 * 1000, 2),
+        )
     )
 
 

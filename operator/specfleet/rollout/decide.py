@@ -8,8 +8,8 @@ from datetime import timedelta
 
 from specfleet.api.durations import parse_duration
 from specfleet.api.spec import SpeculativeDeploymentSpec
-from specfleet.api.status import Outcome, Phase, SpeculativeDeploymentStatus
-from specfleet.api.vocabulary import Command, ConditionType, command_target
+from specfleet.api.status import Outcome, Phase, SpeculativeDeploymentStatus, StatusChanges
+from specfleet.api.vocabulary import Command, ConditionType, Track, command_target
 from specfleet.autotune.candidates import base_spec
 from specfleet.render.manifests import canary_replicas, revision
 from specfleet.rollout.canary import PAUSED, progress_canary, start_canary, step_replicas
@@ -27,7 +27,7 @@ from specfleet.rollout.types import NO_PROMETHEUS, NO_PROMETHEUS_REASON, Decisio
 
 def decide(spec: SpeculativeDeploymentSpec, status: SpeculativeDeploymentStatus, obs: Observation) -> Decision:
     """The next status and the desired tracks. See the package docstring for the transitions."""
-    start = status.model_copy(update={"observed_generation": obs.generation})
+    start = status.model_copy(update=StatusChanges(observed_generation=obs.generation))
     p = _guarded_condition(_forget_withdrawn_commands(Pass(spec, obs, start, live_before=live_canary(start))))
     p = p.with_condition(ConditionType.SYNCED, True, "ReconcileSuccess", "the operator decided this status")
     if obs.desired_revision is None:
@@ -86,7 +86,7 @@ def _pause_or_resume(p: Pass) -> Pass:
     p = p.with_status(paused_at=None).with_event("Resumed", f"rollout resumed after {_duration(p.obs.now - paused_at)}")
     if live_canary(p.status) is None or p.status.current_step is None:
         return p
-    return p.with_status(**step_anew(p.obs.now), unjudged_since=None)
+    return p.with_status(step_anew(p.obs.now), unjudged_since=None)
 
 
 def _duration(elapsed: timedelta) -> str:
@@ -162,8 +162,7 @@ def _invalid_spec(p: Pass) -> Decision:
     p = _with_replica_counts(p.but(canary_traffic=p.status.canary_weight > 0))
     return Decision(
         status=p.status,
-        stable=None,
-        canary=None,
+        targets={},
         canary_traffic=p.canary_traffic,
         events=p.events,
         done_commands=tuple(k for k in p.obs.commands if k in p.status.acknowledged_commands),
@@ -182,7 +181,7 @@ def _serve_in_place(p: Pass) -> Pass:
             p.with_event("CanaryCancelled", f"spec returned to {stable_revision}: canary {canary} removed")
         )
     elif canary == stable_revision:
-        stable = p.obs.stable
+        stable = p.obs.track(Track.STABLE)
         if stable.revision == stable_revision and stable.settled and stable.ready >= p.spec.main_replicas:
             p = retire_canary(p.with_event("PromotionComplete", f"every stable replica serves {stable_revision}"))
         else:
@@ -192,14 +191,14 @@ def _serve_in_place(p: Pass) -> Pass:
             p = deadline
     if p.status.canary_revision is not None:
         return p.in_phase(Phase.PROGRESSING, True, "Promoting", f"stable rolling to {stable_revision}")
-    if p.obs.stable.ready >= p.spec.main_replicas:
+    if p.obs.track(Track.STABLE).ready >= p.spec.main_replicas:
         return look_at_fleet(p.in_phase(Phase.HEALTHY, True, "RolloutComplete", f"serving {stable_revision}"))
-    reason = p.obs.stable.unschedulable
+    reason = p.obs.track(Track.STABLE).unschedulable
     return p.in_phase(
         Phase.PENDING if _never_available(p) else Phase.PROGRESSING,
         True,
         "Unschedulable" if reason else "ReplicasStarting",
-        reason or f"{p.obs.stable.ready}/{p.spec.main_replicas} replicas ready",
+        reason or f"{p.obs.track(Track.STABLE).ready}/{p.spec.main_replicas} replicas ready",
     )
 
 
@@ -214,7 +213,10 @@ def _promotion_deadline(p: Pass) -> Pass | Decided:
     said = any(
         c.type == ConditionType.PROGRESSING and c.reason == "ProgressDeadlineExceeded" for c in p.status.conditions
     )
-    detail = p.obs.stable.unschedulable or f"{p.obs.stable.ready}/{p.spec.main_replicas} stable replicas ready"
+    detail = (
+        p.obs.track(Track.STABLE).unschedulable
+        or f"{p.obs.track(Track.STABLE).ready}/{p.spec.main_replicas} stable replicas ready"
+    )
     message = f"stable not rolled to {p.status.stable_revision} within {p.spec.rollout.progress_deadline}: {detail}"
     p = p.in_phase(Phase.DEGRADED, False, "ProgressDeadlineExceeded", message)
     return Decided(p if said else p.with_event("PromotionStalled", message, warning=True))
@@ -244,9 +246,9 @@ def _with_replica_counts(p: Pass) -> Pass:
     columns `kubectl get` shows (the last change of the status in a pass)."""
     obs = p.obs
     has_canary = p.status.canary_revision is not None or p.status.retiring_revision is not None
-    stable_ready, canary_ready = obs.stable.ready, obs.canary.ready if has_canary else 0
+    stable_ready, canary_ready = obs.track(Track.STABLE).ready, obs.track(Track.CANARY).ready if has_canary else 0
     canary_ready += sum(ready for _, ready in _serving_slices(p))
-    holdback_ready = obs.holdback.ready if p.status.holdback is not None else 0
+    holdback_ready = obs.track(Track.HOLDBACK).ready if p.status.holdback is not None else 0
     total_ready = stable_ready + canary_ready + holdback_ready
     weight = round(100 * canary_ready / total_ready) if p.canary_traffic and total_ready else 0
     available = total_ready >= p.spec.replicas and stable_ready > 0
@@ -273,8 +275,8 @@ def _route_weight(p: Pass) -> int:
     if status.current_step is None or status.canary_revision == status.stable_revision:
         return 0
     if status.step_ready_at is None and budget(p.spec) is not None:  # pods move one by one: their share
-        serving = p.obs.canary.serving + p.obs.stable.serving
-        return round(100 * p.obs.canary.serving / serving) if serving else 0
+        serving = p.obs.track(Track.CANARY).serving + p.obs.track(Track.STABLE).serving
+        return round(100 * p.obs.track(Track.CANARY).serving / serving) if serving else 0
     index = status.current_step if status.step_ready_at is not None else max(0, status.current_step - 1)
     return steps[index].weight
 
@@ -321,14 +323,14 @@ def _canary_target(p: Pass) -> tuple[TrackTarget | None, int, int | None]:
         return None, total, None
     config = p.served_spec(status.canary_revision).serving()
     if status.canary_revision == status.stable_revision:  # promoting
-        return TrackTarget(status.canary_revision, config, max(obs.canary.ready, 1)), total, None
+        return TrackTarget(status.canary_revision, config, max(obs.track(Track.CANARY).ready, 1)), total, None
     assert status.current_step is not None
     wanted = canary_replicas(total, spec.rollout.steps[status.current_step].weight)
-    ready = obs.canary.ready if obs.canary.revision == status.canary_revision else 0
+    ready = obs.track(Track.CANARY).ready if obs.track(Track.CANARY).revision == status.canary_revision else 0
     serving = min(ready, wanted) if p.canary_traffic else 0
     stable_replicas = max(1, total - serving) if serving and total > 1 else total
     if p.canary_traffic:  # serving canary pods beyond the step's share go once stable covers
-        wanted = max(wanted, min(ready, total - obs.stable.ready))
+        wanted = max(wanted, min(ready, total - obs.track(Track.STABLE).ready))
     return TrackTarget(status.canary_revision, config, wanted), stable_replicas, None
 
 
@@ -342,23 +344,24 @@ def _moved_targets(p: Pass, limits: Budget) -> tuple[TrackTarget | None, int, in
     by the spec going back) gives its pods back to stable the same way, serving until stable alone covers
     the floor of Ready pods (see `lifecycle.drain`).
     """
-    status, obs, total = p.status, p.obs, p.spec.main_replicas
-    stable = TrackPods(obs.stable.replicas, obs.stable.serving, obs.stable.terminating)
-    canary_serving = obs.canary.serving if p.canary_traffic else 0
-    canary = TrackPods(obs.canary.replicas, canary_serving, obs.canary.terminating, bool(obs.canary.unschedulable))
+    status, total = p.status, p.spec.main_replicas
+    seen_stable, seen_canary = p.obs.track(Track.STABLE), p.obs.track(Track.CANARY)
+    stable = TrackPods(seen_stable.replicas, seen_stable.serving, seen_stable.terminating)
+    canary_serving = seen_canary.serving if p.canary_traffic else 0
+    canary = TrackPods(seen_canary.replicas, canary_serving, seen_canary.terminating, bool(seen_canary.unschedulable))
     revision = status.canary_revision
     if revision is None or p.preflight_wanted:  # the canary's pods go back to stable (or there are none)
         back = move(total, total, limits, giver=canary, taker=stable)
         return None, back.taker, back.giver if status.retiring_revision is not None else None
     config = p.served_spec(revision).serving()
     if revision == status.stable_revision:  # promoting
-        rolled = obs.stable.revision == revision and obs.stable.settled
+        rolled = seen_stable.revision == revision and seen_stable.settled
         if not rolled:  # stable's own rolling update first, the canary serving beside it
             # at most what the budget leaves beside the canary's pods: a Deployment scaled up by hand
             # past it would wait forever for a pod the pool cannot hold
-            room = max(0, total + limits.surge - obs.canary.replicas - obs.canary.terminating)
-            held = min(obs.stable.replicas, room) if obs.stable.revision is not None else total
-            return TrackTarget(revision, config, obs.canary.replicas), held, None
+            room = max(0, total + limits.surge - seen_canary.replicas - seen_canary.terminating)
+            held = min(seen_stable.replicas, room) if seen_stable.revision is not None else total
+            return TrackTarget(revision, config, seen_canary.replicas), held, None
         back = move(total, total, limits, giver=canary, taker=stable)
         return TrackTarget(revision, config, back.giver), back.taker, None
     assert status.current_step is not None
@@ -375,26 +378,29 @@ def _finish(p: Pass) -> Decision:
     final = _with_replica_counts(p)
     wake = min(p.wake) - obs.now if p.wake else None
     holdback = holdback_target(p)
+    targets = {
+        Track.STABLE: TrackTarget(status.stable_revision, status.stable_serving, stable_replicas),
+        Track.CANARY: canary_target,
+        Track.HOLDBACK: holdback,
+    }
+    weights = {Track.CANARY: _route_weight(p), Track.HOLDBACK: holdback_weight(p) if holdback is not None else 0}
     return Decision(
         status=final.status,
-        stable=TrackTarget(status.stable_revision, status.stable_serving, stable_replicas),
-        canary=canary_target,
+        targets={track: target for track, target in targets.items() if target is not None},
         canary_traffic=p.canary_traffic and (canary_target is not None or keep or bool(p.slices)),
         events=p.events,
         requeue_after=max(wake, timedelta(0)) if wake is not None else None,
         done_commands=tuple(k for k in obs.commands if k in final.status.acknowledged_commands),
         analysis_due=p.analysis_due,
         fleet_look_due=p.fleet_look_due,
-        route_weight=_route_weight(p),
+        route_weights={track: weight for track, weight in weights.items() if weight},
         keep_canary=keep,
         retiring_replicas=retiring if keep else None,
         capacity_due=p.capacity_due,
         preflight=_preflight_target(p),
         candidates=_slice_targets(p),
         candidate_analyses_due=p.candidate_analyses_due,
-        holdback=holdback,
-        holdback_traffic=holdback is not None and obs.stable.always_served,
-        holdback_weight=holdback_weight(p) if holdback is not None else 0,
+        holdback_traffic=holdback is not None and obs.track(Track.STABLE).always_served,
     )
 
 

@@ -8,6 +8,7 @@ same window, and `judge.speedup` turns them into status.holdback.speedup; the dr
 
 from specfleet.api.spec import HoldbackReference, SpeculativeDeploymentSpec, SpeculativeMethod, SpeculativeSpec
 from specfleet.api.status import HoldbackStatus
+from specfleet.api.vocabulary import Track
 from specfleet.render.manifests import revision
 from specfleet.rollout.state import Pass
 from specfleet.rollout.types import TrackTarget
@@ -70,8 +71,8 @@ def holdback_target(p: Pass) -> TrackTarget | None:
 def holdback_weight(p: Pass) -> int:
     """The holdback's HTTPRoute weight: its share of the replicas once one of its pods is Ready."""
     status = p.status.holdback
-    if status is None or status.revision is None or p.obs.holdback.revision != status.revision:
+    if status is None or status.revision is None or p.obs.track(Track.HOLDBACK).revision != status.revision:
         return 0
-    if p.obs.holdback.ready == 0:
+    if p.obs.track(Track.HOLDBACK).ready == 0:
         return 0
     return max(1, round(100 * p.spec.holdback_replicas / p.spec.replicas))

@@ -1,10 +1,11 @@
 """How a canary ends: rolled back, aborted, paused, promoted; and how it retires (traffic first, pods later)."""
 
 from datetime import datetime
-from typing import Any
+from typing import Final
 
 from specfleet.api.spec import FallbackAction
-from specfleet.api.status import Outcome, Phase, Verdict
+from specfleet.api.status import Outcome, Phase, StatusChanges, Verdict
+from specfleet.api.vocabulary import Track
 from specfleet.rollout.drift import reference_at_promotion
 from specfleet.rollout.holdback import holdback_at_promotion
 from specfleet.rollout.moves import budget
@@ -12,29 +13,25 @@ from specfleet.rollout.state import Pass
 from specfleet.rollout.types import DRAIN
 
 
-def step_anew(now: datetime) -> dict[str, Any]:
+def step_anew(now: datetime) -> StatusChanges:
     """The status of a step that starts (again) at `now`: its progress deadline, readiness and evidence anew."""
-    return {
-        "step_started_at": now,
-        "step_progressed_at": None,
-        "step_ready_at": None,
-        "step_ready_seconds": 0,
-        "evidence_since": None,
-    }
+    return StatusChanges(
+        step_started_at=now, step_progressed_at=None, step_ready_at=None, step_ready_seconds=0, evidence_since=None
+    )
 
 
-FRESH_EVIDENCE = {
-    "step_ready_at": None,
-    "step_ready_seconds": 0,
-    "step_progressed_at": None,
-    "failed_analyses": 0,
-    "analyses": 0,
-    "evidence_since": None,
-    "unjudged_since": None,
-    "no_data_seconds": 0,
-    "provider_error_seconds": 0,
-    "canary_restarts_accepted": None,
-}
+FRESH_EVIDENCE: Final = StatusChanges(
+    step_ready_at=None,
+    step_ready_seconds=0,
+    step_progressed_at=None,
+    failed_analyses=0,
+    analyses=0,
+    evidence_since=None,
+    unjudged_since=None,
+    no_data_seconds=0,
+    provider_error_seconds=0,
+    canary_restarts_accepted=None,
+)
 """What a canary has measured and counted: nothing, when a canary starts or ends."""
 
 
@@ -88,10 +85,10 @@ def promote(p: Pass, reason: str) -> Pass:
         .recording(Outcome.PROMOTED, revision, reason)
         .with_event("Promoted", f"canary {revision} promoted: {reason}")
         .with_status(
+            step_anew(p.obs.now),  # the promotion's progress deadline counts from here
             stable_revision=revision,
             stable_serving=p.served_spec(revision).serving(),
             current_step=None,
-            **step_anew(p.obs.now),  # the promotion's progress deadline counts from here
         )
         .in_phase(Phase.PROGRESSING, True, "Promoting", f"stable rolling to {revision}")
         .but(canary_traffic=True)
@@ -102,7 +99,7 @@ def retire_canary(p: Pass) -> Pass:
     """The canary leaves the rollout; its Deployment drains before it goes (see `drain`)."""
     revision = p.status.canary_revision
     p = p.with_status(
-        canary_revision=None, current_step=None, step_started_at=None, canary_started_at=None, **FRESH_EVIDENCE
+        FRESH_EVIDENCE, canary_revision=None, current_step=None, step_started_at=None, canary_started_at=None
     )
     return p.with_status(retiring_revision=revision, traffic_off_at=None) if revision is not None else p
 
@@ -119,11 +116,13 @@ def drain(p: Pass) -> Pass:
     if status.canary_revision is not None:  # a new canary took the Deployment over
         return p.with_status(retiring_revision=None, traffic_off_at=None)
     if status.traffic_off_at is None:
-        if p.obs.stable.ready == 0:
+        if p.obs.track(Track.STABLE).ready == 0:
             return p.but(canary_traffic=True)  # stable has nothing Ready: the canary keeps serving meanwhile
         limits = budget(p.spec)
         floor = limits.floor(p.spec.main_replicas) if limits is not None else 0
-        if p.obs.canary.serving and p.obs.stable.serving < floor:  # its pods go back to stable one by one
+        if (
+            p.obs.track(Track.CANARY).serving and p.obs.track(Track.STABLE).serving < floor
+        ):  # its pods go back to stable one by one
             return p.but(canary_traffic=True)
         p = p.with_status(traffic_off_at=now)
     p = p.but(canary_traffic=False)

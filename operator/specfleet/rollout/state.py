@@ -3,10 +3,17 @@
 import json
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Unpack
 
 from specfleet.api.spec import SpeculativeDeploymentSpec
-from specfleet.api.status import ConditionStatus, HistoryEntry, Outcome, Phase, SpeculativeDeploymentStatus
+from specfleet.api.status import (
+    ConditionStatus,
+    HistoryEntry,
+    Outcome,
+    Phase,
+    SpeculativeDeploymentStatus,
+    StatusChanges,
+)
 from specfleet.api.vocabulary import Command, ConditionType, command_target
 from specfleet.autotune.candidates import spec_for_revision
 from specfleet.rollout.types import Event, GpuRequest, Observation, live_canary, set_condition
@@ -87,8 +94,13 @@ class Pass:
         said unguarded. Never from whether a Prometheus is configured: a missing one holds the canary."""
         return not (self.spec.rollout.unguarded and self.status.canary_unguarded)
 
-    def with_status(self, **changes: Any) -> "Pass":
-        return replace(self, status=self.status.model_copy(update=changes))
+    def with_status(self, *groups: StatusChanges, **changes: Unpack[StatusChanges]) -> "Pass":
+        """The same pass with those status fields changed (typed: see `StatusChanges`): the fields of each group
+        (`FRESH_EVIDENCE`, `step_anew(now)`) in order, then the keyword arguments."""
+        update: dict[str, object] = {}
+        for group in (*groups, changes):
+            update.update(group)
+        return replace(self, status=self.status.model_copy(update=update))
 
     def with_event(self, reason: str, message: str, warning: bool = False) -> "Pass":
         return replace(self, events=(*self.events, Event("Warning" if warning else "Normal", reason, message)))

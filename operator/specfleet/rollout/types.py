@@ -13,7 +13,7 @@ from specfleet.api.status import (
     Measurements,
     SpeculativeDeploymentStatus,
 )
-from specfleet.api.vocabulary import ConditionType
+from specfleet.api.vocabulary import ConditionType, Track
 from specfleet.judge import TrackEvidence
 
 DRAIN = timedelta(seconds=10)
@@ -67,6 +67,10 @@ class TrackObservation:
         return tuple(c for c in self.crashes if c.oom_killed)
 
 
+NO_DEPLOYMENT = TrackObservation()
+"""A track with no Deployment."""
+
+
 @dataclass(frozen=True)
 class GpuRequest:
     """GPUs a track is about to ask for: `pods` pods of `per_pod` GPUs each, of an extended resource, on the
@@ -100,6 +104,8 @@ class GpuRoom:
 
     @property
     def fits(self) -> bool:
+        """Whether the requested pods fit. A room that fits changes no decision (only a room too small is
+        said), so the shell does not decide again with it."""
         return self.fitting >= self.request.pods
 
     def describe(self) -> str:
@@ -127,9 +133,8 @@ class Observation:
     desired_revision: str | None
     """The revision the spec renders to; None when it cannot be rendered (see `problems`)."""
     problems: tuple[str, ...] = ()
-    stable: TrackObservation = TrackObservation()
-    canary: TrackObservation = TrackObservation()
-    holdback: TrackObservation = TrackObservation()
+    tracks: Mapping[Track, TrackObservation] = field(default_factory=dict)
+    """Each single track's Deployment (`SINGLE_TRACKS`); a track without one may be left out (see `track`)."""
     commands: Mapping[str, str] = field(default_factory=dict)
     """Command annotations present on the object (`specfleet.io/promote` -> value)."""
     analysis: Analysis | None = None
@@ -151,6 +156,10 @@ class Observation:
     """What the nodes have free for the pods the canary is about to ask for (set by the shell when the
     decision asked, `Decision.capacity_due`; None when it did not, or the operator may not read nodes)."""
 
+    def track(self, track: Track) -> TrackObservation:
+        """What a track's Deployment shows: all zero when there is none."""
+        return self.tracks.get(track, NO_DEPLOYMENT)
+
 
 @dataclass(frozen=True)
 class TrackTarget:
@@ -171,10 +180,9 @@ class Event:
 @dataclass(frozen=True)
 class Decision:
     status: SpeculativeDeploymentStatus
-    stable: TrackTarget | None
-    """None leaves the stable Deployment as it is (the spec could not be rendered)."""
-    canary: TrackTarget | None
-    """None means no canary Deployment: remove it if there is one."""
+    targets: Mapping[Track, TrackTarget]
+    """What each single track's Deployment should be; a track left out has none (the shell removes it), unless
+    `hold_children` leaves every child as it is (then stable is left out too)."""
     canary_traffic: bool
     """Whether the Service (or route) sends traffic to the canary; False comes before removing it."""
     events: tuple[Event, ...] = ()
@@ -188,18 +196,15 @@ class Decision:
     """Whether the stable track should be measured (while Healthy) before the next decision."""
     hold_children: bool = False
     """Leave every child as it is (the spec cannot be rendered, so nothing new is known)."""
-    route_weight: int = 0
-    """Canary weight for an HTTPRoute (percent): the current step's weight while the canary takes traffic."""
+    route_weights: Mapping[Track, int] = field(default_factory=dict)
+    """HTTPRoute weights (percent) of the tracks beside stable, which takes the rest: the canary's is the current
+    step's weight while it takes traffic, the holdback's its share (`rollout.holdback`). A track left out: 0."""
     preflight: TrackTarget | None = None
     """A preflight Job should exist for this revision and serving config (replicas unused); the shell
     deletes the fleet's preflight Jobs for any other revision."""
-    holdback: TrackTarget | None = None
-    """The holdback Deployment (`rollout.holdback`); None removes it."""
     holdback_traffic: bool = False
     """The fleet Service keeps the holdback's pods while the canary has no traffic (they and stable's carry
     the always-served label); False selects stable alone then."""
-    holdback_weight: int = 0
-    """The holdback's HTTPRoute weight (percent)."""
     candidates: tuple[tuple[int, TrackTarget], ...] = ()
     """The side-by-side candidates' Deployments (index, target); any other candidate Deployment goes."""
     candidate_analyses_due: tuple[int, ...] = ()
@@ -211,7 +216,16 @@ class Decision:
     """With `keep_canary`: the replicas the retiring canary's Deployment keeps while its pods move back to
     stable (`rollout.maxSurge` set); None leaves them as they are."""
     capacity_due: GpuRequest | None = None
-    """Pods the canary is about to ask for: the shell checks the nodes' free GPUs and decides again."""
+    """Pods the canary is about to ask for: the shell checks the nodes' free GPUs and decides again when they
+    do not fit."""
+
+    def target(self, track: Track) -> TrackTarget | None:
+        """The track's wanted Deployment, or None for none."""
+        return self.targets.get(track)
+
+    def route_weight(self, track: Track) -> int:
+        """The track's HTTPRoute weight (percent) beside stable."""
+        return self.route_weights.get(track, 0)
 
 
 def set_condition(

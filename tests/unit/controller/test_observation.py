@@ -72,7 +72,7 @@ def test_missing_deployment_reads_as_an_empty_track() -> None:
     observation = observe(
         SpeculativeDeployment.from_mapping(BASE), {Track.STABLE: None}, [], datetime.now(UTC), prometheus=False
     )
-    assert observation.stable.revision is None and observation.canary.ready == 0
+    assert observation.track(Track.STABLE).revision is None and observation.track(Track.CANARY).ready == 0
     assert observation.desired_revision is not None
 
 
@@ -165,7 +165,9 @@ def test_each_side_by_side_slice_counts_only_its_own_pods() -> None:
     assert (observation.candidates[0].revision, observation.candidates[0].ready) == ("k2", 1)
     assert observation.candidates[0].settled
     assert (observation.candidates[1].ready, observation.candidates[1].settled) == (1, False)
-    assert observation.stable.ready == 0 and observation.canary.ready == 0  # slice pods are no track's
+    assert (
+        observation.track(Track.STABLE).ready == 0 and observation.track(Track.CANARY).ready == 0
+    )  # slice pods are no track's
 
 
 def test_pods_holding_gpus_are_counted_for_moves_between_tracks() -> None:

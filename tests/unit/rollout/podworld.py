@@ -54,10 +54,11 @@ class PodWorld:
     def apply(self, decision: Decision) -> None:
         """What the reconciler writes: each track's Deployment replicas and template, deletions."""
         strategy = decision_strategy(self.fleet)
-        for track, target in ((Track.STABLE, decision.stable), (Track.CANARY, decision.canary)):
+        for track in (Track.STABLE, Track.CANARY):
+            target = decision.target(track)
             if target is not None:
                 self.deployments[track] = Deployment(target.revision, target.replicas, *strategy)
-        if decision.canary is None:
+        if decision.target(Track.CANARY) is None:
             if decision.keep_canary and Track.CANARY in self.deployments:
                 if decision.retiring_replicas is not None:
                     self.deployments[Track.CANARY].replicas = decision.retiring_replicas

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from specfleet.api.spec import SpeculativeDeploymentSpec
 from specfleet.api.status import Analysis, Outcome, SpeculativeDeploymentStatus, Verdict
+from specfleet.api.vocabulary import Track
 from specfleet.render.manifests import revision
 from specfleet.rollout import Observation, TrackObservation, decide
 from specfleet.rollout.types import NO_PROMETHEUS
@@ -78,8 +79,10 @@ def test_every_admitted_rollout_is_decided_to_the_end(
             now,
             2,
             revision(second),
-            stable=track(status.stable_revision, 2),
-            canary=track(canary, 2) if canary else TrackObservation(),
+            tracks={
+                Track.STABLE: track(status.stable_revision, 2),
+                Track.CANARY: track(canary, 2) if canary else TrackObservation(),
+            },
             analysis=analysis,
             prometheus=prometheus,
         )

@@ -6,6 +6,7 @@ from typing import Any
 
 from specfleet.api.spec import DriftSpec, Guardrails
 from specfleet.api.status import ConditionStatus, DriftReference, Phase
+from specfleet.api.vocabulary import Track
 from specfleet.judge import TrackEvidence, drift, measurements
 from specfleet.render.manifests import revision
 from specfleet.rollout import FleetLook
@@ -187,7 +188,7 @@ def test_drift_for_the_looks_in_a_row_sets_the_condition_and_recovery_clears_it(
     assert paying(fleet) is None  # one look is not enough
     look(fleet, track(seed=23, alpha=0.4, requests=1500))
     assert paying(fleet) is ConditionStatus.FALSE and "SpeculationNotPaying" in fleet.events
-    assert fleet.step().canary is None  # onDrift: Alert only
+    assert fleet.step().target(Track.CANARY) is None  # onDrift: Alert only
     look(fleet, track(seed=24, alpha=0.8, requests=1500))
     look(fleet, track(seed=25, alpha=0.8, requests=1500))
     assert paying(fleet) is ConditionStatus.TRUE and "SpeculationPayingAgain" in fleet.events
@@ -203,13 +204,16 @@ def test_on_drift_rollback_canaries_the_previous_config_and_serves_it_while_the_
     decision = fleet.step()
     canary = fleet.status.canary_revision
     assert canary is not None and canary != drifted
-    assert decision.canary is not None and decision.canary.serving["speculative"]["numSpeculativeTokens"] == 4
+    assert (
+        decision.target(Track.CANARY) is not None
+        and decision.target(Track.CANARY).serving["speculative"]["numSpeculativeTokens"] == 4
+    )
     fleet.converge()
     fleet.wait(60)
     fleet.step(measured(fleet, 1.0))
     fleet.converge()
     assert fleet.status.stable_revision == canary and fleet.status.phase is Phase.HEALTHY
-    assert fleet.step().canary is None  # the spec still says k=2, but the reverted config is served
+    assert fleet.step().target(Track.CANARY) is None  # the spec still says k=2, but the reverted config is served
 
 
 def traffic_shifts(fleet: Fleet, evidence: TrackEvidence) -> list[str]:

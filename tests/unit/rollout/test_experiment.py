@@ -7,7 +7,7 @@ from rich.console import Console
 
 from specfleet.api.spec import SpeculativeDeploymentSpec
 from specfleet.api.status import CandidateState, Outcome, Phase, PreflightStatus, Verdict
-from specfleet.api.vocabulary import Command
+from specfleet.api.vocabulary import Command, Track
 from specfleet.autotune.candidates import Score, base_spec, choose
 from specfleet.cli.view import render_status
 from specfleet.render.manifests import revision
@@ -45,7 +45,10 @@ def test_each_candidate_is_measured_in_turn_then_the_best_is_canaried_through_ev
     assert experiment is not None and experiment.revision == revision(fleet.spec)
     assert [c.state for c in experiment.candidates] == [CandidateState.MEASURING, *[CandidateState.PENDING] * 2]
     assert fleet.status.canary_revision == candidate_revision(fleet, 0)
-    assert decision.canary is not None and decision.canary.serving["speculative"]["numSpeculativeTokens"] == 2
+    assert (
+        decision.target(Track.CANARY) is not None
+        and decision.target(Track.CANARY).serving["speculative"]["numSpeculativeTokens"] == 2
+    )
     assert fleet.status.stable_revision == stable
 
     for index, ratio in enumerate((0.9, 0.8, 0.95)):
@@ -62,7 +65,10 @@ def test_each_candidate_is_measured_in_turn_then_the_best_is_canaried_through_ev
     assert "CandidateChosen" in fleet.events
 
     decision = fleet.converge()
-    assert decision.canary is not None and decision.canary.serving["speculative"]["numSpeculativeTokens"] == 3
+    assert (
+        decision.target(Track.CANARY) is not None
+        and decision.target(Track.CANARY).serving["speculative"]["numSpeculativeTokens"] == 3
+    )
     fleet.wait(60)
     fleet.step(measured(fleet, 0.8))
     assert fleet.status.current_step == 1
@@ -72,12 +78,18 @@ def test_each_candidate_is_measured_in_turn_then_the_best_is_canaried_through_ev
     assert fleet.status.stable_revision == experiment.revision
     decision = fleet.converge()
     assert fleet.status.phase is Phase.HEALTHY
-    assert decision.stable is not None and decision.stable.serving["speculative"]["numSpeculativeTokens"] == 3
+    assert (
+        decision.target(Track.STABLE) is not None
+        and decision.target(Track.STABLE).serving["speculative"]["numSpeculativeTokens"] == 3
+    )
     assert fleet.status.history[-1].outcome is Outcome.PROMOTED
     assert "k=3" in fleet.status.history[-1].summary
 
     again = fleet.step()  # serving in place keeps the chosen config, not the spec's base one
-    assert again.stable is not None and again.stable.serving["speculative"]["numSpeculativeTokens"] == 3
+    assert (
+        again.target(Track.STABLE) is not None
+        and again.target(Track.STABLE).serving["speculative"]["numSpeculativeTokens"] == 3
+    )
 
 
 def test_a_candidate_is_measured_over_a_whole_analysis_window_not_its_first_pass() -> None:
@@ -122,8 +134,11 @@ def test_nothing_is_promoted_when_no_candidate_beats_stable_by_the_margin() -> N
     assert "ExperimentKeptStable" in fleet.events
     fleet.converge()
     decision = fleet.step()
-    assert decision.canary is None and fleet.status.phase is Phase.HEALTHY
-    assert decision.stable is not None and decision.stable.serving["speculative"]["numSpeculativeTokens"] == 4
+    assert decision.target(Track.CANARY) is None and fleet.status.phase is Phase.HEALTHY
+    assert (
+        decision.target(Track.STABLE) is not None
+        and decision.target(Track.STABLE).serving["speculative"]["numSpeculativeTokens"] == 4
+    )
 
 
 def test_a_candidate_that_is_what_stable_serves_is_not_measured() -> None:
@@ -192,17 +207,17 @@ def test_a_new_drafter_waits_for_its_preflight_without_pods_or_traffic() -> None
     decision = fleet.step()
     canary = fleet.status.canary_revision
     assert canary == revision(fleet.spec)
-    assert decision.canary is None and not decision.canary_traffic
+    assert decision.target(Track.CANARY) is None and not decision.canary_traffic
     assert decision.preflight is not None and decision.preflight.revision == canary
     assert decision.preflight.serving["speculative"]["model"] == NEW_DRAFTER["model"]
     assert fleet.status.preflight is not None and fleet.status.preflight.state == "Running"
 
     passed = PreflightObservation(canary, PreflightState.PASSED, "vocabularies match")
     decision = fleet.step_with(preflights={canary: passed})
-    assert decision.canary is not None and decision.preflight is None
+    assert decision.target(Track.CANARY) is not None and decision.preflight is None
     assert fleet.status.preflight is not None and fleet.status.preflight.state == "Passed"
     assert "PreflightPassed" in fleet.events
-    assert fleet.step().canary is not None  # the verdict is kept in status once the Job is gone
+    assert fleet.step().target(Track.CANARY) is not None  # the verdict is kept in status once the Job is gone
 
 
 def test_a_failed_preflight_aborts_the_canary_before_it_ever_had_a_pod() -> None:
@@ -212,7 +227,7 @@ def test_a_failed_preflight_aborts_the_canary_before_it_ever_had_a_pod() -> None
     assert canary is not None
     failed = PreflightObservation(canary, PreflightState.FAILED, "vocab size 32000 != 128256")
     decision = fleet.step_with(preflights={canary: failed})
-    assert decision.canary is None and not decision.canary_traffic
+    assert decision.target(Track.CANARY) is None and not decision.canary_traffic
     assert fleet.status.phase is Phase.ABORTED and fleet.status.rejected_revision == canary
     assert "vocab size" in fleet.status.history[-1].reason and "PreflightFailed" in fleet.events
 
@@ -221,7 +236,7 @@ def test_a_changed_k_needs_no_preflight() -> None:
     fleet = healthy_fleet(rollout=EXPERIMENT_ROLLOUT)
     fleet.change(rollout=EXPERIMENT_ROLLOUT, speculative={"numSpeculativeTokens": 2})
     decision = fleet.step()
-    assert decision.canary is not None and decision.preflight is None
+    assert decision.target(Track.CANARY) is not None and decision.preflight is None
 
 
 def test_candidate_specs_are_what_the_candidates_say() -> None:

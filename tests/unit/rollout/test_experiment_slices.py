@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from specfleet.api.status import Analysis, CandidateState, Outcome, Phase, Verdict
-from specfleet.api.vocabulary import Command
+from specfleet.api.vocabulary import Command, Track
 from specfleet.render.manifests import revision
 from specfleet.rollout import ContainerCrash, Decision, TrackObservation
 
@@ -67,18 +67,22 @@ def test_every_candidate_gets_its_own_slice_at_once_and_all_are_measured_over_th
     experiment = fleet.status.experiment
     assert experiment is not None and experiment.side_by_side and "side by side" in experiment.mode
     assert states(fleet) == [CandidateState.MEASURING] * 3
-    assert decision.canary is None and fleet.status.canary_revision is None
+    assert decision.target(Track.CANARY) is None and fleet.status.canary_revision is None
     assert [(i, t.replicas, t.serving["speculative"]["numSpeculativeTokens"]) for i, t in decision.candidates] == [
         (0, 2, 2),
         (1, 2, 3),
         (2, 2, 6),
     ]
     assert [t.revision for _, t in decision.candidates] == [revision(fleet.spec.candidate_spec(i)) for i in range(3)]
-    assert decision.stable is not None and decision.stable.replicas == REPLICAS  # nothing Ready to give way to yet
+    assert (
+        decision.target(Track.STABLE) is not None and decision.target(Track.STABLE).replicas == REPLICAS
+    )  # nothing Ready to give way to yet
 
     seen = up(decision)
     decision = fleet.step_with(candidates=seen)
-    assert decision.stable is not None and decision.stable.replicas == 2  # stable gives way to Ready slice pods
+    assert (
+        decision.target(Track.STABLE) is not None and decision.target(Track.STABLE).replicas == 2
+    )  # stable gives way to Ready slice pods
     assert decision.canary_traffic and fleet.status.phase is Phase.PROGRESSING
     assert fleet.status.ready_replicas.canary == 6
     assert decision.candidate_analyses_due == ()  # a whole window first
@@ -95,7 +99,10 @@ def test_every_candidate_gets_its_own_slice_at_once_and_all_are_measured_over_th
     assert [round(c.token_latency_ratio or 0, 3) for c in experiment.candidates] == [0.9, 0.8, 0.95]
     assert decision.candidates == ()  # the slices go; the winner is canaried through every step
     assert fleet.status.canary_revision == experiment.revision and fleet.status.stable_revision == stable
-    assert decision.canary is not None and decision.canary.serving["speculative"]["numSpeculativeTokens"] == 3
+    assert (
+        decision.target(Track.CANARY) is not None
+        and decision.target(Track.CANARY).serving["speculative"]["numSpeculativeTokens"] == 3
+    )
     assert not decision.canary_traffic  # the Service narrows to stable before the slices are deleted
 
 
@@ -127,7 +134,7 @@ def test_a_slice_that_passes_first_keeps_measuring_until_every_slice_passes_at_o
     decision = fleet.step_with(candidates=seen, candidate_analyses={0: slice_analysis(fleet, 0, 0.9), **waiting})
     assert states(fleet) == [CandidateState.MEASURING] * 3
     assert [i for i, _ in decision.candidates] == [0, 1, 2]
-    assert decision.stable is not None and decision.stable.replicas == 2
+    assert decision.target(Track.STABLE) is not None and decision.target(Track.STABLE).replicas == 2
     fleet.now += timedelta(seconds=60)
     later = {i: slice_analysis(fleet, i, ratio, seconds=120) for i, ratio in ((0, 0.9), (1, 0.95), (2, 0.97))}
     fleet.step_with(candidates=seen, candidate_analyses=later)

@@ -38,9 +38,13 @@ def served(serving: dict[str, Any], fleet: Fleet) -> SpeculativeDeploymentSpec:
 def test_the_holdback_serves_stables_config_without_speculation_on_its_share_of_the_replicas() -> None:
     fleet = holdback_fleet()
     decision = fleet.last
-    assert decision is not None and decision.holdback is not None and decision.stable is not None
-    assert (decision.stable.replicas, decision.holdback.replicas) == (3, 1)
-    control = served(decision.holdback.serving, fleet)
+    assert (
+        decision is not None
+        and decision.target(Track.HOLDBACK) is not None
+        and decision.target(Track.STABLE) is not None
+    )
+    assert (decision.target(Track.STABLE).replicas, decision.target(Track.HOLDBACK).replicas) == (3, 1)
+    control = served(decision.target(Track.HOLDBACK).serving, fleet)
     assert control.speculative.method is SpeculativeMethod.NONE
     assert control.model == fleet.spec.model and control.engine == fleet.spec.engine
     assert fleet.status.holdback is not None and fleet.status.holdback.summary == "no speculation"
@@ -52,7 +56,7 @@ def test_the_holdback_serves_stables_config_without_speculation_on_its_share_of_
 def test_the_fleet_service_keeps_the_holdback_only_once_every_ready_stable_pod_carries_the_label() -> None:
     fleet = Fleet(make_spec(replicas=4, rollout={"steps": STEPS, "holdback": {"replicas": 1}}))
     first = fleet.step()
-    assert first.holdback is not None and not first.holdback_traffic  # stable's pods are not labelled yet
+    assert first.target(Track.HOLDBACK) is not None and not first.holdback_traffic  # stable's pods are not labelled yet
     assert fleet.converge().holdback_traffic
 
 
@@ -85,19 +89,27 @@ def test_a_canary_shares_out_the_replicas_beside_the_holdback_which_keeps_servin
     )
     fleet.step()
     decision = fleet.converge()
-    assert decision.canary is not None and decision.stable is not None and decision.holdback is not None
-    assert (decision.canary.replicas, decision.stable.replicas, decision.holdback.replicas) == (1, 2, 1)
+    assert (
+        decision.target(Track.CANARY) is not None
+        and decision.target(Track.STABLE) is not None
+        and decision.target(Track.HOLDBACK) is not None
+    )
+    assert (
+        decision.target(Track.CANARY).replicas,
+        decision.target(Track.STABLE).replicas,
+        decision.target(Track.HOLDBACK).replicas,
+    ) == (1, 2, 1)
     assert fleet.status.holdback is not None and before is not None
     assert fleet.status.holdback.revision == before.revision  # the control group is not part of the canary
 
 
 def test_with_too_few_replicas_no_holdback_runs_and_status_says_why() -> None:
     fleet = holdback_fleet(replicas=1)
-    assert fleet.last is not None and fleet.last.holdback is None
+    assert fleet.last is not None and fleet.last.target(Track.HOLDBACK) is None
     assert (
         fleet.status.holdback is not None and "must exceed rollout.holdback.replicas" in fleet.status.holdback.message
     )
-    assert fleet.last.stable is not None and fleet.last.stable.replicas == 1
+    assert fleet.last.target(Track.STABLE) is not None and fleet.last.target(Track.STABLE).replicas == 1
 
 
 def promote(fleet: Fleet, **change: Any) -> None:
@@ -122,8 +134,8 @@ def test_previous_stable_reference_serves_what_stable_served_before_the_last_pro
         rollout={"steps": STEPS, "holdback": {"replicas": 1, "reference": "PreviousStable"}},
         speculative={"numSpeculativeTokens": 2},
     )
-    assert fleet.last is not None and fleet.last.holdback is not None
-    assert served(fleet.last.holdback.serving, fleet).speculative == first.speculative
+    assert fleet.last is not None and fleet.last.target(Track.HOLDBACK) is not None
+    assert served(fleet.last.target(Track.HOLDBACK).serving, fleet).speculative == first.speculative
     assert fleet.status.holdback is not None and fleet.status.holdback.summary == first.summary()
 
 
@@ -244,8 +256,8 @@ def test_load_past_where_speculation_pays_drifts_against_the_holdback_and_rolls_
     assert fleet.status.drift is not None and "against the holdback" in fleet.status.drift.message
     fleet.step()
     assert fleet.status.canary_revision is not None  # canarying back to the holdback's config
-    assert fleet.last is not None and fleet.last.canary is not None
-    assert served(fleet.last.canary.serving, fleet).speculative.method is SpeculativeMethod.NONE
+    assert fleet.last is not None and fleet.last.target(Track.CANARY) is not None
+    assert served(fleet.last.target(Track.CANARY).serving, fleet).speculative.method is SpeculativeMethod.NONE
 
 
 def test_a_fleet_that_keeps_beating_its_holdback_stays_paying() -> None:

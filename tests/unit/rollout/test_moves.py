@@ -16,6 +16,7 @@ from podworld import PodWorld
 from specfleet.api.durations import parse_duration
 from specfleet.api.status import Phase
 from specfleet.api.vocabulary import Command, ConditionType, Track
+from specfleet.rollout import decide
 from specfleet.rollout.moves import Budget, TrackPods, move
 from specfleet.rollout.types import GpuRequest, GpuRoom
 
@@ -242,3 +243,15 @@ def test_a_stable_deployment_scaled_by_hand_during_a_swap_promotion_is_scaled_ba
     world.deployments[Track.STABLE].replicas = 3
     assert run(world, settled_on(canary), ticks=300) == []
     assert world.deployments[Track.STABLE].replicas == 2
+
+
+def test_a_room_that_fits_decides_as_no_room_so_the_shell_need_not_decide_again() -> None:
+    world = changed_on_a_full_pool_without_max_surge()
+    spec, status = world.fleet.decided_spec(), world.fleet.status
+    asked = decide(spec, status, world.fleet.observe()).capacity_due
+    assert asked is not None
+    fitting = GpuRoom(asked, free=asked.gpus, fitting=asked.pods, nodes=2)
+    too_small = GpuRoom(asked, free=0, fitting=0, nodes=2)
+    without = decide(spec, status, world.fleet.observe())
+    assert decide(spec, status, world.fleet.observe(room=fitting)) == without
+    assert decide(spec, status, world.fleet.observe(room=too_small)) != without

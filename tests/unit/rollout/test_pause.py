@@ -4,7 +4,7 @@ And the first revision in the history, so `undo` can return to where a fleet sta
 from datetime import timedelta
 
 from specfleet.api.status import Outcome, Phase, Verdict
-from specfleet.api.vocabulary import Command
+from specfleet.api.vocabulary import Command, Track
 from specfleet.render.manifests import revision
 
 from rolloutkit import Fleet, analysis, guarded_canary, healthy_fleet, make_spec
@@ -46,7 +46,7 @@ def test_abort_works_while_paused() -> None:
     fleet = paused_canary()
     fleet.commands[Command.ABORT.annotation] = "now"
     decision = fleet.step()
-    assert fleet.status.phase is Phase.ABORTED and decision.canary is None and not decision.canary_traffic
+    assert fleet.status.phase is Phase.ABORTED and decision.target(Track.CANARY) is None and not decision.canary_traffic
 
 
 def test_resume_starts_the_step_over_and_it_then_passes_as_usual() -> None:

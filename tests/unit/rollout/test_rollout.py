@@ -11,7 +11,7 @@ from specfleet.api.status import (
     Phase,
     Verdict,
 )
-from specfleet.api.vocabulary import Command
+from specfleet.api.vocabulary import Command, Track
 from specfleet.render.manifests import revision
 from specfleet.rollout import ContainerCrash, Decision, TrackObservation, decide
 
@@ -22,8 +22,8 @@ def test_create_serves_the_first_revision_without_a_canary() -> None:
     fleet = Fleet(make_spec())
     decision = fleet.step()
     assert fleet.status.phase is Phase.PENDING
-    assert decision.canary is None
-    assert decision.stable is not None and decision.stable.replicas == 2
+    assert decision.target(Track.CANARY) is None
+    assert decision.target(Track.STABLE) is not None and decision.target(Track.STABLE).replicas == 2
     fleet.converge()
     assert fleet.status.phase is Phase.HEALTHY
     assert fleet.status.stable_revision == revision(fleet.spec)
@@ -36,7 +36,11 @@ def test_replicas_change_in_place_without_a_canary() -> None:
     before = fleet.status.stable_revision
     fleet.change(replicas=5)
     decision = fleet.step()
-    assert decision.canary is None and decision.stable is not None and decision.stable.replicas == 5
+    assert (
+        decision.target(Track.CANARY) is None
+        and decision.target(Track.STABLE) is not None
+        and decision.target(Track.STABLE).replicas == 5
+    )
     assert fleet.status.stable_revision == before
 
 
@@ -47,13 +51,17 @@ def test_speculative_change_walks_the_steps_and_promotes() -> None:
     new = revision(fleet.spec)
     decision = fleet.step()
     assert fleet.status.canary_revision == new and fleet.status.current_step == 0
-    assert decision.canary is not None and decision.canary.replicas == 1
-    assert decision.stable is not None and decision.stable.revision == old and decision.stable.replicas == 2
+    assert decision.target(Track.CANARY) is not None and decision.target(Track.CANARY).replicas == 1
+    assert (
+        decision.target(Track.STABLE) is not None
+        and decision.target(Track.STABLE).revision == old
+        and decision.target(Track.STABLE).replicas == 2
+    )
     assert not decision.canary_traffic  # nothing Ready yet
 
     decision = fleet.converge()  # canary Ready: the step's weight takes effect, stable gives way
     assert decision.canary_traffic and fleet.status.step_ready_at == fleet.now
-    assert decision.stable is not None and decision.stable.replicas == 1
+    assert decision.target(Track.STABLE) is not None and decision.target(Track.STABLE).replicas == 1
     assert decision.requeue_after == timedelta(minutes=1)
     assert fleet.wait(30).status.current_step == 0  # pause not over
 
@@ -63,7 +71,7 @@ def test_speculative_change_walks_the_steps_and_promotes() -> None:
     fleet.wait(120)
     assert fleet.status.stable_revision == new and "Promoted" in fleet.events
     assert fleet.status.phase is Phase.PROGRESSING
-    assert fleet.last is not None and fleet.last.canary is not None  # canary stays while stable rolls
+    assert fleet.last is not None and fleet.last.target(Track.CANARY) is not None  # canary stays while stable rolls
 
     fleet.converge()
     assert fleet.status.phase is Phase.HEALTHY and fleet.status.canary_revision is None
@@ -77,8 +85,8 @@ def test_ready_capacity_never_drops_below_the_requested_replicas() -> None:
 
     def ready_once_applied(decision: Decision) -> int:
         """Pods Ready right after the decision is applied: scale-downs are instant, scale-ups are not."""
-        stable = min(fleet.stable.ready, decision.stable.replicas) if decision.stable else 0
-        canary = min(fleet.canary.ready, decision.canary.replicas) if decision.canary else 0
+        stable = min(fleet.stable.ready, decision.target(Track.STABLE).replicas) if decision.target(Track.STABLE) else 0
+        canary = min(fleet.canary.ready, decision.target(Track.CANARY).replicas) if decision.target(Track.CANARY) else 0
         return stable + canary
 
     for _ in range(8):
@@ -114,7 +122,7 @@ def test_a_command_is_acted_on_once_even_if_its_annotation_removal_is_lost() -> 
     decision = decide(fleet.spec, fleet.status, fleet.observe())
     assert decision.status.current_step == 1
     # the operator dies before removing the annotation; the next run sees it again
-    again = decide(fleet.spec, decision.status, replace(fleet.observe(), stable=fleet.stable))
+    again = decide(fleet.spec, decision.status, fleet.observe())
     assert again.status.current_step == 1 and again.done_commands == (Command.PROMOTE.annotation,)
 
 
@@ -135,8 +143,8 @@ def test_abort_sends_traffic_to_stable_and_holds_until_retry() -> None:
     fleet.converge()
     fleet.commands[Command.ABORT.annotation] = "now"
     decision = fleet.step()
-    assert decision.canary is None and not decision.canary_traffic
-    assert decision.stable is not None and decision.stable.replicas == 2
+    assert decision.target(Track.CANARY) is None and not decision.canary_traffic
+    assert decision.target(Track.STABLE) is not None and decision.target(Track.STABLE).replicas == 2
     assert fleet.status.phase is Phase.ABORTED and fleet.status.rejected_revision == revision(fleet.spec)
     assert fleet.status.history[-1].outcome is Outcome.ABORTED
 
@@ -170,7 +178,7 @@ def test_reverting_the_spec_during_a_canary_removes_it() -> None:
     fleet.step()
     fleet.change()
     decision = fleet.step()
-    assert decision.canary is None and fleet.status.canary_revision is None
+    assert decision.target(Track.CANARY) is None and fleet.status.canary_revision is None
     assert fleet.status.history[-1].outcome is Outcome.SUPERSEDED
 
 
@@ -250,7 +258,11 @@ def test_failed_analyses_beyond_the_limit_roll_back_with_the_evidence() -> None:
     fleet.step(analysis(fleet, Verdict.FAIL, acceptance=0.31))
     assert fleet.status.phase is Phase.PROGRESSING and fleet.status.failed_analyses == 1
     decision = fleet.step(analysis(fleet, Verdict.FAIL, acceptance=0.30))
-    assert fleet.status.phase is Phase.ROLLED_BACK and decision.canary is None and not decision.canary_traffic
+    assert (
+        fleet.status.phase is Phase.ROLLED_BACK
+        and decision.target(Track.CANARY) is None
+        and not decision.canary_traffic
+    )
     last = fleet.status.history[-1]
     assert last.outcome is Outcome.ROLLED_BACK and last.acceptance_rate == pytest.approx(0.30)
     assert "acceptance 0.3 < 0.6" in last.reason
@@ -259,7 +271,7 @@ def test_failed_analyses_beyond_the_limit_roll_back_with_the_evidence() -> None:
 def test_without_auto_rollback_a_failure_pauses_for_a_human() -> None:
     fleet = guarded_canary(analysis={"failureLimit": 0}, autoRollback=False)
     decision = fleet.step(analysis(fleet, Verdict.FAIL))
-    assert fleet.status.phase is Phase.PAUSED and decision.canary is not None
+    assert fleet.status.phase is Phase.PAUSED and decision.target(Track.CANARY) is not None
     fleet.wait(600)
     assert fleet.status.phase is Phase.PAUSED and fleet.status.canary_revision is not None
 
@@ -284,7 +296,11 @@ def test_an_oom_killed_canary_container_rolls_back_at_once_without_prometheus(re
     fleet = canary_at_step_one()  # unguarded: the evidence is the pod's status, not Prometheus
     crashing(fleet, restarts=1, oom=True, ready=ready)
     decision = fleet.step()
-    assert fleet.status.phase is Phase.ROLLED_BACK and decision.canary is None and not decision.canary_traffic
+    assert (
+        fleet.status.phase is Phase.ROLLED_BACK
+        and decision.target(Track.CANARY) is None
+        and not decision.canary_traffic
+    )
     reason = fleet.status.history[-1].reason
     assert "canary pod llama-canary-p0 container vllm was OOMKilled (restart 1)" in reason
     assert "stable pods: 0 restarts" in reason and "RolledBack" in fleet.events
@@ -331,7 +347,9 @@ def test_without_auto_rollback_a_crash_pauses_and_a_promote_accepts_the_crashes_
     fleet = canary_at_step_one(autoRollback=False)
     crashing(fleet, restarts=1, oom=True)
     decision = fleet.step()
-    assert fleet.status.phase is Phase.PAUSED and decision.canary is not None and not decision.canary_traffic
+    assert (
+        fleet.status.phase is Phase.PAUSED and decision.target(Track.CANARY) is not None and not decision.canary_traffic
+    )
     assert "OOMKilled" in next(c.message for c in fleet.status.conditions if c.type == "Progressing")
     paused, events = fleet.status, len(fleet.events)
     fleet.wait(600)  # held for a human: no new events, no other move, the canary still off traffic

@@ -6,7 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 from specfleet.api.status import Analysis, Outcome, Phase, Verdict
-from specfleet.api.vocabulary import Command
+from specfleet.api.vocabulary import Command, Track
 from specfleet.render.manifests import revision
 from specfleet.rollout import DRAIN, Decision, TrackObservation, decide
 
@@ -23,7 +23,9 @@ def canary(fleet: Fleet, **patch: Any) -> None:
 
 
 def asked(decision: Decision) -> int:
-    return (decision.stable.replicas if decision.stable else 0) + (decision.canary.replicas if decision.canary else 0)
+    return (decision.target(Track.STABLE).replicas if decision.target(Track.STABLE) else 0) + (
+        decision.target(Track.CANARY).replicas if decision.target(Track.CANARY) else 0
+    )
 
 
 # 1. stale commands
@@ -98,7 +100,7 @@ def test_shortening_the_steps_mid_canary_restarts_at_the_new_last_step() -> None
     fleet.change(replicas=4, speculative={"numSpeculativeTokens": 2}, rollout=one)
     decision = fleet.step()
     assert fleet.status.current_step == 0 and "StepsChanged" in fleet.events
-    assert decision.canary is not None and decision.canary.replicas == 1
+    assert decision.target(Track.CANARY) is not None and decision.target(Track.CANARY).replicas == 1
     fleet.converge()
     fleet.wait(600)
     assert fleet.status.phase is Phase.PAUSED  # the new last step's gate, not a promotion
@@ -125,7 +127,7 @@ def test_a_rollback_switches_traffic_then_deletes_the_canary_after_the_drain() -
     fleet.wait(60)
     decision = fleet.step(analysis(fleet, Verdict.FAIL))
     assert not decision.canary_traffic and decision.keep_canary  # same pass: traffic only
-    assert decision.stable is not None and decision.stable.replicas == 2
+    assert decision.target(Track.STABLE) is not None and decision.target(Track.STABLE).replicas == 2
     assert fleet.wait(DRAIN.total_seconds() - 1).keep_canary
     assert not fleet.wait(1).keep_canary
     assert [h.outcome for h in fleet.status.history] == [Outcome.CREATED, Outcome.ROLLED_BACK]
@@ -139,7 +141,7 @@ def test_promotion_complete_drains_before_deleting_the_canary() -> None:
     decision = fleet.converge()  # stable rolled: PromotionComplete
     assert "PromotionComplete" in fleet.events and decision.keep_canary and not decision.canary_traffic
     last = fleet.wait(DRAIN.total_seconds())
-    assert last.canary is None and not last.keep_canary and fleet.status.phase is Phase.HEALTHY
+    assert last.target(Track.CANARY) is None and not last.keep_canary and fleet.status.phase is Phase.HEALTHY
 
 
 # 8. separate timers for onNoData and onProviderError
@@ -280,23 +282,35 @@ def test_a_step_transition_keeps_the_canary_serving_and_asks_only_for_the_new_po
     steps = {"steps": [{"weight": 25, "pause": {}}, {"weight": 50, "pause": {}}]}
     fleet = healthy_fleet(replicas=4, rollout=steps)
     canary(fleet, replicas=4, rollout=steps)
-    assert fleet.last is not None and fleet.last.stable is not None and fleet.last.stable.replicas == 3
+    assert (
+        fleet.last is not None
+        and fleet.last.target(Track.STABLE) is not None
+        and fleet.last.target(Track.STABLE).replicas == 3
+    )
     fleet.commands[PROMOTE] = "step"
     decision = fleet.step()
     assert fleet.status.current_step == 1
     assert decision.canary_traffic  # its Ready pod keeps serving while the second one loads
-    assert decision.stable is not None and decision.stable.replicas == 3
+    assert decision.target(Track.STABLE) is not None and decision.target(Track.STABLE).replicas == 3
     assert asked(decision) == 5
     decision = fleet.converge()
-    assert decision.stable is not None and decision.stable.replicas == 2 and asked(decision) == 4
+    assert (
+        decision.target(Track.STABLE) is not None
+        and decision.target(Track.STABLE).replicas == 2
+        and asked(decision) == 4
+    )
 
 
 def test_a_canary_paused_after_a_failure_loses_its_traffic_and_stable_covers_it() -> None:
     fleet = guarded_canary(autoRollback=False)
     fleet.wait(60)
     decision = fleet.step(analysis(fleet, Verdict.FAIL))
-    assert fleet.status.phase is Phase.PAUSED and decision.canary is not None
-    assert not decision.canary_traffic and decision.stable is not None and decision.stable.replicas == 2
+    assert fleet.status.phase is Phase.PAUSED and decision.target(Track.CANARY) is not None
+    assert (
+        not decision.canary_traffic
+        and decision.target(Track.STABLE) is not None
+        and decision.target(Track.STABLE).replicas == 2
+    )
 
 
 # Also: unguarded promotions say so; Promoting has a deadline

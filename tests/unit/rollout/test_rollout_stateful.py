@@ -22,6 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from specfleet.api.spec import SpeculativeDeploymentSpec
 from specfleet.api.status import Analysis, Outcome, SpeculativeDeploymentStatus, Verdict
 from specfleet.api.vocabulary import Command
+from specfleet.api.vocabulary import Track as TrackName
 from specfleet.render.manifests import canary_replicas, revision
 from specfleet.rollout import Decision, Observation, TrackObservation, decide, live_canary
 
@@ -98,8 +99,12 @@ class RolloutMachine(RuleBasedStateMachine):
             now=self.now,
             generation=self.generation,
             desired_revision=revision(self.spec),
-            stable=TrackObservation(self.stable.revision, stable_ready, settled=self.stable.ready == self.stable.asked),
-            canary=TrackObservation(self.canary.revision, self.canary.ready, settled=True),
+            tracks={
+                TrackName.STABLE: TrackObservation(
+                    self.stable.revision, stable_ready, settled=self.stable.ready == self.stable.asked
+                ),
+                TrackName.CANARY: TrackObservation(self.canary.revision, self.canary.ready, settled=True),
+            },
             commands=dict(self.commands),
             analysis=analysis,
             prometheus=self.guarded,
@@ -127,10 +132,14 @@ class RolloutMachine(RuleBasedStateMachine):
 
     def _apply(self, decision: Decision) -> None:
         """Scale-downs are instant; scale-ups and new templates wait for `pods_ready`."""
-        if decision.stable is not None:
-            self.stable = self.stable.to(decision.stable.revision, decision.stable.replicas)
-        if decision.canary is not None:
-            self.canary = self.canary.to(decision.canary.revision, decision.canary.replicas)
+        if decision.target(TrackName.STABLE) is not None:
+            self.stable = self.stable.to(
+                decision.target(TrackName.STABLE).revision, decision.target(TrackName.STABLE).replicas
+            )
+        if decision.target(TrackName.CANARY) is not None:
+            self.canary = self.canary.to(
+                decision.target(TrackName.CANARY).revision, decision.target(TrackName.CANARY).replicas
+            )
         elif not decision.keep_canary and not decision.hold_children:
             self.canary = Track()
 
@@ -264,11 +273,15 @@ class RolloutMachine(RuleBasedStateMachine):
         self.rejected = {r for r in self.rejected if r == desired}  # a spec change forgets the rejection
         # every canary that is no longer live was recorded (open ones are the live one at most)
         assert self.open <= {after.canary_revision}, (self.open, after.canary_revision)
-        asked = (decision.stable.replicas if decision.stable else 0) + (
-            decision.canary.replicas if decision.canary else self.canary.asked if decision.keep_canary else 0
+        asked = (decision.target(TrackName.STABLE).replicas if decision.target(TrackName.STABLE) else 0) + (
+            decision.target(TrackName.CANARY).replicas
+            if decision.target(TrackName.CANARY)
+            else self.canary.asked
+            if decision.keep_canary
+            else 0
         )
         surge = canary_replicas(self.replicas, max(s.weight for s in self.spec.rollout.steps))
-        if decision.stable is not None:
+        if decision.target(TrackName.STABLE) is not None:
             assert asked <= self.replicas + max(surge, self.canary.asked), (asked, decision)
 
     def _legitimate(self, before: SpeculativeDeploymentStatus, promoted: str, reason: str, acked: set[str]) -> None:

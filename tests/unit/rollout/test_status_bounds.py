@@ -7,7 +7,7 @@ import pytest
 
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.status import HistoryEntry, Outcome, SpeculativeDeploymentStatus
-from specfleet.api.vocabulary import Command
+from specfleet.api.vocabulary import Command, Track
 from specfleet.rollout import Observation, TrackObservation, decide
 from specfleet.rollout.state import Pass, kept_serving
 
@@ -44,7 +44,9 @@ def test_ten_thousand_aborted_canaries_leave_a_status_of_bounded_size(env: list[
     spec = SpeculativeDeployment.from_mapping(merged(BASE, fleet)).spec
     status, now, sizes = SpeculativeDeploymentStatus(), START, []
     ready = TrackObservation(revision="r00000", ready=spec.replicas, settled=True)
-    status = decide(spec, status, Observation(now=now, generation=1, desired_revision="r00000", stable=ready)).status
+    status = decide(
+        spec, status, Observation(now=now, generation=1, desired_revision="r00000", tracks={Track.STABLE: ready})
+    ).status
     for n in range(1, rollouts + 1):
         rev = f"r{n:05d}"  # revisions of one length, as real ones are
         canary = TrackObservation(revision=rev, ready=spec.replicas)
@@ -52,7 +54,11 @@ def test_ten_thousand_aborted_canaries_leave_a_status_of_bounded_size(env: list[
         for commands in ({}, abort):
             now += timedelta(seconds=30)
             obs = Observation(
-                now=now, generation=n, desired_revision=rev, stable=ready, canary=canary, commands=commands
+                now=now,
+                generation=n,
+                desired_revision=rev,
+                tracks={Track.STABLE: ready, Track.CANARY: canary},
+                commands=commands,
             )
             status = decide(spec, status, obs).status
         assert status.history[-1].revision == rev and status.history[-1].outcome == "Aborted"

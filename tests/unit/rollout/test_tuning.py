@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from specfleet.api.status import AutoTuneStatus, LoadPointStatus, Measurements, Phase
+from specfleet.api.vocabulary import Track
 from specfleet.hardware import MI325X
 from specfleet.render.manifests import revision
 from specfleet.rollout import Decision, FleetLook
@@ -89,7 +90,7 @@ def test_load_past_the_knee_proposes_a_lower_depth_for_large_batches_but_does_no
     assert proposal is not None and proposal.schedule is not None and proposal.schedule[0].start == 1
     assert proposal.predictions and "ScheduleProposed" in fleet.events
     assert fleet.status.auto_tune is not None and fleet.status.auto_tune.tuned is None
-    assert fleet.step().canary is None and fleet.status.phase is Phase.HEALTHY
+    assert fleet.step().target(Track.CANARY) is None and fleet.status.phase is Phase.HEALTHY
 
 
 def test_apply_canaries_the_schedule_then_serves_it_without_another_canary() -> None:
@@ -100,8 +101,8 @@ def test_apply_canaries_the_schedule_then_serves_it_without_another_canary() -> 
     assert tuned is not None and "ScheduleApplied" in fleet.events
     decision = fleet.step()
     assert fleet.status.canary_revision == tuned.revision != revision(fleet.spec)
-    assert decision.canary is not None
-    rows = decision.canary.serving["speculative"]["numSpeculativeTokensPerBatchSize"]
+    assert decision.target(Track.CANARY) is not None
+    rows = decision.target(Track.CANARY).serving["speculative"]["numSpeculativeTokensPerBatchSize"]
     assert rows[-1]["numTokens"] < SERVED_K
     fleet.converge()
     fleet.wait(60)
@@ -110,8 +111,8 @@ def test_apply_canaries_the_schedule_then_serves_it_without_another_canary() -> 
     fleet.converge()
     assert fleet.status.phase is Phase.HEALTHY and fleet.status.canary_revision is None
     decision = fleet.step()
-    assert decision.canary is None and decision.stable is not None
-    assert decision.stable.serving["speculative"]["numSpeculativeTokensPerBatchSize"] == rows
+    assert decision.target(Track.CANARY) is None and decision.target(Track.STABLE) is not None
+    assert decision.target(Track.STABLE).serving["speculative"]["numSpeculativeTokensPerBatchSize"] == rows
 
     fleet.change(rollout=STEPS, autoTune={"apply": False})  # turning it off canaries the untuned config
     fleet.step()
