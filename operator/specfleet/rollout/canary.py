@@ -324,7 +324,7 @@ def _hold_step(p: Pass) -> Pass | Decided:
     if now >= ends and not passed and p.judged and _no_baseline(p):
         until = (
             "resumes by itself once stable has a Ready pod again, or "
-            if p.obs.stable.ready == 0
+            if p.obs.track(Track.STABLE).ready == 0
             else "stays until the route gives stable traffic again, or "
         )
         message = (
