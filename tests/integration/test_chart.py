@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 import yaml
 
-from specfleet import chartgen
-from specfleet.devcluster.cluster import ClusterInfo
-from specfleet.devcluster.crds import apply_crds
+from specfleet_workshop import chartgen
+from specfleet_workshop.devcluster.cluster import ClusterInfo
+from specfleet_workshop.devcluster.crds import apply_crds
 
 from fleetkit import Fleet, healthy, schemaless_crd, sdep, wait_for
 from speckit import FULL_TEMPLATE

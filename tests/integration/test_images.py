@@ -23,16 +23,16 @@ import yaml
 
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.vocabulary import Track
-from specfleet.cachedir import cache_root
-from specfleet.devcluster import images
-from specfleet.devcluster.cluster import ClusterInfo
-from specfleet.devcluster.images import OPERATOR, BaseChoice, Built, ImageBuilder, ImageError
-from specfleet.fleetpods.tiny_tokenizers import hub_snapshot, write_tokenizer
 from specfleet.preflight.job import preflight_job
-from specfleet.realvllm import install
-from specfleet.realvllm.translate import translate
 from specfleet.render import manifests
 from specfleet.render.argv import served_model_name
+from specfleet_workshop.cachedir import cache_root
+from specfleet_workshop.devcluster import images
+from specfleet_workshop.devcluster.cluster import ClusterInfo
+from specfleet_workshop.devcluster.images import OPERATOR, BaseChoice, Built, ImageBuilder, ImageError
+from specfleet_workshop.fleetpods.tiny_tokenizers import hub_snapshot, write_tokenizer
+from specfleet_workshop.realvllm import install
+from specfleet_workshop.realvllm.translate import translate
 
 from fleetkit import EAGLE3_K5, PLAIN, Fleet, Simulator, free_port, start_canary, wait_for
 

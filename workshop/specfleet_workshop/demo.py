@@ -26,11 +26,11 @@ from rich.console import Console
 from specfleet.api.crd import crd
 from specfleet.api.vocabulary import GROUP, PLURAL, VERSION
 from specfleet.console import make_console
-from specfleet.devcluster.cluster import ClusterInfo, down, status, up
-from specfleet.devcluster.crds import apply_crds
-from specfleet.devcluster.paths import default_state_dir
-from specfleet.devcluster.process import signals_as_interrupts, signals_deferred, signals_ignored
-from specfleet.fleetpods.loopback import free_port
+from specfleet_workshop.devcluster.cluster import ClusterInfo, down, status, up
+from specfleet_workshop.devcluster.crds import apply_crds
+from specfleet_workshop.devcluster.paths import default_state_dir
+from specfleet_workshop.devcluster.process import signals_as_interrupts, signals_deferred, signals_ignored
+from specfleet_workshop.fleetpods.loopback import free_port
 
 NAME = "llama-70b"
 NAMESPACE = "specfleet-demo"

@@ -99,10 +99,10 @@ def loadtest_command(
         typer.Option(help="Also write a PNG: per-token latency and tokens/s against concurrency, per target."),
     ] = None,
 ) -> None:
-    from specfleet.loadtest import LevelResult, LoadPlan, LoadTestError, Target, run_load_test
-    from specfleet.loadtest.driving import DEFAULT_PROMPT
-    from specfleet.loadtest.reporting import PlotError, row, table, to_json
-    from specfleet.loadtest.reporting import plot as write_plot
+    from specfleet_workshop.loadtest import LevelResult, LoadPlan, LoadTestError, Target, run_load_test
+    from specfleet_workshop.loadtest.driving import DEFAULT_PROMPT
+    from specfleet_workshop.loadtest.reporting import PlotError, row, table, to_json
+    from specfleet_workshop.loadtest.reporting import plot as write_plot
 
     out, err = make_console(), make_console(stderr=True)
     try:

@@ -1,8 +1,9 @@
 """`specfleet sim`: the simulator, or with `--engine vllm-cpu` real vLLM, behind the pods of a cluster.
 
-The two engines are packages that know nothing of each other (`specfleet.sim`, `specfleet.realvllm`: an
-import-linter contract keeps them apart), so they are put together here: `--engine` picks the command, and
-each command has its own options beside the ones both take (the cluster to watch, where the targets go).
+The two engines are packages that know nothing of each other (`specfleet_workshop.sim`,
+`specfleet_workshop.realvllm`: an import-linter contract keeps them apart), so they are put together here:
+`--engine` picks the command, and each command has its own options beside the ones both take (the cluster to
+watch, where the targets go).
 """
 
 import logging
@@ -14,16 +15,16 @@ from typing import Annotated
 import kubernetes
 import typer
 
-from specfleet.devcluster.cluster import load_info
-from specfleet.fleetpods.loopback import ListenError, parse_listen
-from specfleet.fleetpods.termination import Termination
-from specfleet.realvllm.cli import serve_real_vllm
-from specfleet.realvllm.front import DEFAULT_PORT as FRONT_PORT
-from specfleet.realvllm.install import DEFAULT_VERSION
-from specfleet.realvllm.runner import DEFAULT_MAX_SERVERS, LoadPlan
-from specfleet.sim import Simulator
-from specfleet.sim.routes import DEFAULT_PORT
-from specfleet.sim.scenario import ScenarioError, load_scenario
+from specfleet_workshop.devcluster.cluster import load_info
+from specfleet_workshop.fleetpods.loopback import ListenError, parse_listen
+from specfleet_workshop.fleetpods.termination import Termination
+from specfleet_workshop.realvllm.cli import serve_real_vllm
+from specfleet_workshop.realvllm.front import DEFAULT_PORT as FRONT_PORT
+from specfleet_workshop.realvllm.install import DEFAULT_VERSION
+from specfleet_workshop.realvllm.runner import DEFAULT_MAX_SERVERS, LoadPlan
+from specfleet_workshop.sim import Simulator
+from specfleet_workshop.sim.routes import DEFAULT_PORT
+from specfleet_workshop.sim.scenario import ScenarioError, load_scenario
 
 log = logging.getLogger(__name__)
 

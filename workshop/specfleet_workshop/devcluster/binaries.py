@@ -3,7 +3,7 @@
 A binary is taken, in this order, from the environment variable that names it (it must then have the
 pinned version, or we stop with an error: the user asked for that file), from PATH when its version
 matches (the machine's /usr/bin/kubectl v1.32 does not, so it is skipped), or from the cache that
-`specfleet.devcluster.build` fills. Prometheus is the exception: it comes from Debian and is not pinned.
+`specfleet_workshop.devcluster.build` fills. Prometheus is the exception: it comes from Debian and is not pinned.
 """
 
 import os
@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from specfleet.devcluster.versions import (
+from specfleet_workshop.devcluster.versions import (
     ARGO_ROLLOUTS_VERSION,
     ETCD_VERSION,
     FLAGGER_VERSION,

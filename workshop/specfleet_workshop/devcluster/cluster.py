@@ -1,6 +1,6 @@
 """Public API of the dev cluster: `up`, `down`, `status`, `load_info`, and the `ClusterInfo` they describe.
 
-    from specfleet.devcluster.cluster import up, down
+    from specfleet_workshop.devcluster.cluster import up, down
     info = up()                              # reuses a healthy cluster in about a second, restarts dead parts
     api = info.api_client()                  # kubernetes.client.ApiClient with admin rights
     (info.file_sd_dir / "canary.json").write_text(...)   # Prometheus scrapes it within 5 s
@@ -26,20 +26,20 @@ import kubernetes
 import yaml
 from rich.console import Console
 
-from specfleet.cachedir import cache_root
-from specfleet.devcluster import config, process
-from specfleet.devcluster.binaries import (
+from specfleet_workshop.cachedir import cache_root
+from specfleet_workshop.devcluster import config, process
+from specfleet_workshop.devcluster.binaries import (
     COMPONENTS,
     CONTROL_PLANE,
     TOOLS,
     find_prometheus,
     prometheus_version,
 )
-from specfleet.devcluster.build import GoBuilder, kwok_stage_dir
-from specfleet.devcluster.config import Layout, Ports
-from specfleet.devcluster.nodes import DEFAULT_POOL, NodePool, node_manifests
-from specfleet.devcluster.paths import default_state_dir
-from specfleet.devcluster.pki import create_pki
+from specfleet_workshop.devcluster.build import GoBuilder, kwok_stage_dir
+from specfleet_workshop.devcluster.config import Layout, Ports
+from specfleet_workshop.devcluster.nodes import DEFAULT_POOL, NodePool, node_manifests
+from specfleet_workshop.devcluster.paths import default_state_dir
+from specfleet_workshop.devcluster.pki import create_pki
 
 PROCESSES = (*CONTROL_PLANE, "prometheus")
 """What `up` starts, in start order; `down` stops them in reverse."""

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from specfleet.api.vocabulary import LABEL_PREFLIGHT
-from specfleet.fleetpods import loopback
+from specfleet_workshop.fleetpods import loopback
 
 LOOPBACK = "127.0.0.1"
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"

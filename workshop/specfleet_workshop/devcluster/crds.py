@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from specfleet.devcluster.cluster import ClusterError, ClusterInfo
+from specfleet_workshop.devcluster.cluster import ClusterError, ClusterInfo
 
 ESTABLISH_TIMEOUT = 120.0
 """Seconds: a busy machine's fresh API server can refuse the first asks."""

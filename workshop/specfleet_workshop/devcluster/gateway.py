@@ -12,8 +12,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from specfleet.devcluster.cluster import ClusterError, ClusterInfo
-from specfleet.devcluster.crds import apply_crds
+from specfleet_workshop.devcluster.cluster import ClusterError, ClusterInfo
+from specfleet_workshop.devcluster.crds import apply_crds
 
 GATEWAY_API = "sigs.k8s.io/gateway-api@v1.6.3"
 """v1.7 needs go 1.27."""

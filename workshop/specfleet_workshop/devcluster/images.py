@@ -6,7 +6,7 @@ with what the Dockerfile needs from its base, passed to the build as the base bu
 is cached under `cache_root()/images`, keyed by versions: buildah's storage, the stand-in rootfs (by suite
 and package list), each built image (tagged with a hash of its Dockerfile, its build inputs and its base)
 and its OCI archive, so a warm run only prints what it already has. Each image and stand-in is made under a
-lock of its own and each file is written aside and renamed (`specfleet.cachedir`), so processes that ask
+lock of its own and each file is written aside and renamed (`specfleet_workshop.cachedir`), so processes that ask
 for the same image at once build it once.
 
 Extra CA certificates (a TLS-intercepting corporate proxy) reach the build as a buildah secret that only
@@ -29,7 +29,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from specfleet.cachedir import exclusively, fill_once
+from specfleet_workshop.cachedir import exclusively, fill_once
 
 ROOT = Path(__file__).resolve().parents[3]
 """The repository (images/, pyproject.toml); the builds need a checkout, not an installed package."""
@@ -151,7 +151,7 @@ OPERATOR = ImageSpec(
     name="specfleet-operator",
     dockerfile=ROOT / "images" / "operator" / "Dockerfile",
     context=ROOT,
-    inputs=("pyproject.toml", "README.md", "operator"),
+    inputs=("operator",),
     base_arg="PYTHON_IMAGE",
     base="docker.io/library/python:3.11.14-slim-bookworm",
     digest=None,  # not known here (no registry); `specfleet dev images` prints the digest it pulls

@@ -1,5 +1,5 @@
 """Where the dev cluster keeps its state (one directory per cluster); its binaries are in the shared cache
-(`specfleet.cachedir`).
+(`specfleet_workshop.cachedir`).
 
 The state lives outside the repository, so a fresh clone or a second work tree finds the running cluster.
 The function takes the environment as a mapping so the rule can be tested without touching the real one.

@@ -12,7 +12,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specfleet.devcluster.config import ADMIN_USER
+from specfleet_workshop.devcluster.config import ADMIN_USER
 
 EC_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1")
 """P-256 keys: generated in milliseconds, accepted by every Kubernetes component."""

@@ -1,5 +1,5 @@
-"""The fleet's pods as the dev engines see them, shared by the simulator (`specfleet.sim`) and real vLLM
-(`specfleet.realvllm`), which know nothing of each other.
+"""The fleet's pods as the dev engines see them, shared by the simulator (`specfleet_workshop.sim`) and real vLLM
+(`specfleet_workshop.realvllm`), which know nothing of each other.
 
 `watch` lists and watches pods for a sink, `pods` (pure) reads a pod's `vllm serve` arguments, `targets`
 gives Prometheus a pod's file_sd target, `kubelet` runs the preflight Jobs' pods that kwok only pretends to

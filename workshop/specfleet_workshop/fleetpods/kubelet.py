@@ -27,7 +27,7 @@ import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from specfleet.api.vocabulary import LABEL_PREFLIGHT
-from specfleet.fleetpods.tiny_tokenizers import has_snapshot, hub_snapshot, write_tokenizer
+from specfleet_workshop.fleetpods.tiny_tokenizers import has_snapshot, hub_snapshot, write_tokenizer
 
 log = logging.getLogger(__name__)
 

@@ -5,10 +5,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from specfleet.fleetpods.pods import PodInfo
 from specfleet.metrics import names
 from specfleet.metrics.names import prometheus_label
 from specfleet.render.argv import VLLM_PORT
+from specfleet_workshop.fleetpods.pods import PodInfo
 
 PEER_TARGET_LABELS = ("app", "rollouts-pod-template-hash")
 """Pod labels kept as target labels besides specfleet's, so other controllers' PromQL can tell canary from

@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from specfleet.loadtest.measurements import LevelResult, RequestSample, summarize
+from specfleet_workshop.loadtest.measurements import LevelResult, RequestSample, summarize
 
 DEFAULT_LEVELS = (1, 4, 16)
 """Low, medium and peak-like concurrency."""

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from specfleet.loadtest.measurements import LevelResult, as_dict
+from specfleet_workshop.loadtest.measurements import LevelResult, as_dict
 
 COLUMNS = (
     "CONC", "TARGET", "OK", "ERR", "E2E P50", "E2E P95", "TTFT P50", "TTFT P95",

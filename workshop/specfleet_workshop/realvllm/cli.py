@@ -8,13 +8,13 @@ import kubernetes
 import typer
 
 from specfleet.api.vocabulary import LABEL_PREFLIGHT
-from specfleet.fleetpods.kubelet import PreflightKubelet
-from specfleet.fleetpods.termination import Termination
-from specfleet.fleetpods.watch import KubePodSource
-from specfleet.realvllm.front import PodFront
-from specfleet.realvllm.install import InstallError, ensure
-from specfleet.realvllm.models import ensure_models
-from specfleet.realvllm.runner import LoadPlan, RealEngine
+from specfleet_workshop.fleetpods.kubelet import PreflightKubelet
+from specfleet_workshop.fleetpods.termination import Termination
+from specfleet_workshop.fleetpods.watch import KubePodSource
+from specfleet_workshop.realvllm.front import PodFront
+from specfleet_workshop.realvllm.install import InstallError, ensure
+from specfleet_workshop.realvllm.models import ensure_models
+from specfleet_workshop.realvllm.runner import LoadPlan, RealEngine
 
 
 def serve_real_vllm(

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from specfleet.realvllm.install import InstallError, VllmHome
+from specfleet_workshop.realvllm.install import InstallError, VllmHome
 
 CHECK_SCRIPT = Path(__file__).with_name("check_argv.py")
 

@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Callable
 from http import HTTPStatus
 
-from specfleet.fleetpods.loopback import LoopbackHandler, LoopbackServer
+from specfleet_workshop.fleetpods.loopback import LoopbackHandler, LoopbackServer
 
 DEFAULT_PORT = 18001
 """Beside the simulator's 18000, so both can run on one machine."""

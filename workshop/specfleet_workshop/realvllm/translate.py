@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from specfleet.realvllm.models import TinyModel, model_dir
+from specfleet_workshop.realvllm.models import TinyModel, model_dir
 
 TINY_PREFIX = "specfleet-tiny/"
 """Model ids `specfleet-tiny/<name>` name a tiny model directly (e.g. `specfleet-tiny/bad-drafter`)."""

@@ -29,10 +29,10 @@ from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
 
-from specfleet.fleetpods.pods import VllmArgs
 from specfleet.hardware import GpuProduct
-from specfleet.sim import model
-from specfleet.sim.scenario import Params
+from specfleet_workshop.fleetpods.pods import VllmArgs
+from specfleet_workshop.sim import model
+from specfleet_workshop.sim.scenario import Params
 
 INTER_TOKEN_LATENCY_BUCKETS = (
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,

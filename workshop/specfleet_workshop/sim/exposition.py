@@ -13,7 +13,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.utils import floatToGoString
 
 from specfleet.metrics import names
-from specfleet.sim.engine import Histogram, Metrics
+from specfleet_workshop.sim.engine import Histogram, Metrics
 
 LABELS = ("model_name", "engine")
 ENGINE_INDEX = "0"

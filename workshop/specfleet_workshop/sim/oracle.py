@@ -35,11 +35,11 @@ from itertools import pairwise
 from statistics import NormalDist
 from typing import Any
 
-from specfleet.fleetpods.pods import VllmArgs, parse_vllm_args
 from specfleet.hardware import MI325X, GpuProduct
-from specfleet.sim import model
-from specfleet.sim.engine import LENGTH_LIMIT, EngineConfig, configure
-from specfleet.sim.scenario import parse_scenario, resolve
+from specfleet_workshop.fleetpods.pods import VllmArgs, parse_vllm_args
+from specfleet_workshop.sim import model
+from specfleet_workshop.sim.engine import LENGTH_LIMIT, EngineConfig, configure
+from specfleet_workshop.sim.scenario import parse_scenario, resolve
 
 LENGTH_SIGMA: float = inspect.signature(model.lognormal_tokens).parameters["sigma"].default
 """The spread the engine draws prompt and output lengths with (`model.lognormal_tokens`' default)."""

@@ -19,11 +19,11 @@ from typing import Any, Protocol
 
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from specfleet.fleetpods.loopback import LoopbackHandler
-from specfleet.sim import completions
-from specfleet.sim.completions import CompletionError, CompletionRequest
-from specfleet.sim.scenario import Scenario, ScenarioError, dump_scenario, load_scenario
-from specfleet.sim.streams import CompletionStream
+from specfleet_workshop.fleetpods.loopback import LoopbackHandler
+from specfleet_workshop.sim import completions
+from specfleet_workshop.sim.completions import CompletionError, CompletionRequest
+from specfleet_workshop.sim.scenario import Scenario, ScenarioError, dump_scenario, load_scenario
+from specfleet_workshop.sim.streams import CompletionStream
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def openai_route(path: str) -> OpenAIRoute | None:
 
 
 class SimulatorApi(Protocol):
-    """What the handler asks of the simulator (`specfleet.sim.simulator.Simulator`)."""
+    """What the handler asks of the simulator (`specfleet_workshop.sim.simulator.Simulator`)."""
 
     @property
     def scenario(self) -> Scenario: ...

@@ -26,8 +26,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from specfleet.fleetpods.pods import PodIdentity
-from specfleet.sim import model
+from specfleet_workshop.fleetpods.pods import PodIdentity
+from specfleet_workshop.sim import model
 
 NO_DRAFTER = "none"
 

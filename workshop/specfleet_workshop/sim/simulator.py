@@ -27,19 +27,19 @@ from typing import Any
 import kubernetes
 
 from specfleet.api.vocabulary import LABEL_NAME
-from specfleet.fleetpods.kubelet import PreflightKubelet
-from specfleet.fleetpods.loopback import LoopbackServer, parse_listen
-from specfleet.fleetpods.pods import PodArgsError, PodInfo, parse_pod, runs_vllm
-from specfleet.fleetpods.targets import target_group, write_atomic
-from specfleet.fleetpods.watch import KubePodSource
 from specfleet.hardware import BY_PRODUCT_NAME, MI300X, PRODUCT_NAME_LABEL, GpuProduct
-from specfleet.sim import completions, model
-from specfleet.sim.completions import CompletionError, CompletionRequest
-from specfleet.sim.engine import MAX_WAITING, Engine, EngineConfig, configure
-from specfleet.sim.exposition import exposition
-from specfleet.sim.routes import DEFAULT_PORT, OpenAIRoute, handler_for, metrics_path, openai_base_path
-from specfleet.sim.scenario import Scenario, ScenarioError, ScrapeAnswer, load_scenario, resolve, scrape_fault
-from specfleet.sim.streams import CompletionStream
+from specfleet_workshop.fleetpods.kubelet import PreflightKubelet
+from specfleet_workshop.fleetpods.loopback import LoopbackServer, parse_listen
+from specfleet_workshop.fleetpods.pods import PodArgsError, PodInfo, parse_pod, runs_vllm
+from specfleet_workshop.fleetpods.targets import target_group, write_atomic
+from specfleet_workshop.fleetpods.watch import KubePodSource
+from specfleet_workshop.sim import completions, model
+from specfleet_workshop.sim.completions import CompletionError, CompletionRequest
+from specfleet_workshop.sim.engine import MAX_WAITING, Engine, EngineConfig, configure
+from specfleet_workshop.sim.exposition import exposition
+from specfleet_workshop.sim.routes import DEFAULT_PORT, OpenAIRoute, handler_for, metrics_path, openai_base_path
+from specfleet_workshop.sim.scenario import Scenario, ScenarioError, ScrapeAnswer, load_scenario, resolve, scrape_fault
+from specfleet_workshop.sim.streams import CompletionStream
 
 log = logging.getLogger(__name__)
 

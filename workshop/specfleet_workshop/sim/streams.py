@@ -8,18 +8,18 @@ from contextlib import AbstractContextManager
 from http import HTTPStatus
 from typing import Any, Protocol
 
-from specfleet.fleetpods.pods import PodInfo
-from specfleet.sim import completions
-from specfleet.sim.answers import answer_token_ids
-from specfleet.sim.completions import CompletionError, CompletionRequest
-from specfleet.sim.engine import ClientRequest, Engine
+from specfleet_workshop.fleetpods.pods import PodInfo
+from specfleet_workshop.sim import completions
+from specfleet_workshop.sim.answers import answer_token_ids
+from specfleet_workshop.sim.completions import CompletionError, CompletionRequest
+from specfleet_workshop.sim.engine import ClientRequest, Engine
 
 POLL_SECONDS = 0.25
 """Longest sleep of a completion's thread between looks at its engine (it wakes at each step's end before)."""
 
 
 class StreamHost(Protocol):
-    """The simulator as its completion streams see it (`specfleet.sim.simulator.Simulator`)."""
+    """The simulator as its completion streams see it (`specfleet_workshop.sim.simulator.Simulator`)."""
 
     @property
     def lock(self) -> AbstractContextManager[Any]:
