@@ -100,6 +100,24 @@ def test_the_runtime_image_has_no_pip_no_compiler_and_not_the_build_ca(
     assert extra and not extra & in_image, "an extra CA given to the build is in the image's trust store"
 
 
+RUNTIME_ONLY = """
+import importlib.metadata, importlib.util, json
+names = sorted(d.metadata["Name"] for d in importlib.metadata.distributions())
+print(json.dumps({"workshop": importlib.util.find_spec("specfleet_workshop") is not None, "distributions": names}))
+"""
+
+
+def test_the_operator_image_holds_the_runtime_distribution_only(builder: ImageBuilder, operator_image: Built) -> None:
+    run = ("run", "--rm", *images.PODMAN_ULIMITS, "--network", "none", "--read-only", "--entrypoint", "python")
+    found = json.loads(podman(builder, *run, operator_image.tag, "-c", RUNTIME_ONLY).stdout)
+    assert found["workshop"] is False
+    assert "specfleet" in found["distributions"]
+    assert not {"specfleet-workshop", "specfleet-dev", "matplotlib", "transformers"} & set(found["distributions"])
+    dev = podman(builder, "run", "--rm", *images.PODMAN_ULIMITS, "--network", "none", "--read-only",
+                 "--entrypoint", "specfleet", operator_image.tag, "dev", "up", check=False)  # fmt: skip
+    assert dev.returncode == 2 and "pip install specfleet-workshop" in dev.stderr, dev.stderr
+
+
 def rendered_deployment(dev_cluster: ClusterInfo, image: str, *values: str) -> dict[str, Any]:
     repository, tag = image.rsplit(":", 1)
     rendered = subprocess.run(

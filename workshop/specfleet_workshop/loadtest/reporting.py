@@ -67,7 +67,7 @@ def plot(results: Sequence[LevelResult], path: Path, title: str = "specfleet loa
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as error:
-        raise PlotError("--plot needs matplotlib: pip install 'specfleet[plot]'") from error
+        raise PlotError("--plot needs matplotlib: pip install 'specfleet-workshop[plot]'") from error
     targets = list(dict.fromkeys(result.target for result in results))
     levels = sorted({result.concurrency for result in results})
     figure, (latency, throughput) = plt.subplots(1, 2, figsize=(11, 4.2))
