@@ -1,6 +1,7 @@
 """The runtime distribution (operator/pyproject.toml, `specfleet`: what `pip install specfleet` and the operator
 image install) holds no dev tooling and depends on none of the tooling's libraries."""
 
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -27,10 +28,13 @@ def project(directory: str) -> dict:
 
 @pytest.fixture(scope="module")
 def runtime_wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+    """Built from a copy of operator/: setuptools builds in the source tree, and its build/ keeps modules that were
+    since removed from the sources."""
     out = tmp_path_factory.mktemp("wheel")
+    source = out / "operator"
+    shutil.copytree(REPO / "operator", source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out),
-         str(REPO / "operator")],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(source)],
         check=True, capture_output=True, timeout=300,
     )  # fmt: skip
     (wheel,) = out.glob("specfleet-*.whl")
