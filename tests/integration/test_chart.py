@@ -474,7 +474,7 @@ def test_the_operator_image_install_step_installs_only_runtime_dependencies(tmp_
 
     assert "Run the operator" in run([str(venv / "bin" / "specfleet"), "run", "--help"]).stdout
     listing = "import importlib.metadata as m; print(*(d.metadata['Name'] for d in m.distributions()))"
-    names = run([str(venv / "bin" / "python"), "-c", listing]).stdout.split()
+    names = run([str(venv / "bin" / "python"), "-I", "-c", listing]).stdout.split()  # -I: not the checkout's *.egg-info
     installed = {re.sub(r"[-_.]+", "-", name).lower() for name in names}
     assert {"specfleet", "kopf", "kubernetes", "pydantic", "prometheus-client", "typer"} <= installed
     assert not installed & {"pytest", "ruff", "hypothesis", "import-linter", "vllm", "pip"}
