@@ -13,7 +13,7 @@ the judge's Measurements carry it as the operator's do; as `specfleet.rollout.ex
 candidate's score is its mean per-token latency / stable's and its output tokens/s per pod / stable's (same
 window), and `specfleet.autotune.candidates.choose` picks the winner.
 
-The oracle (`specfleet.sim.oracle`) gives each config's mean per-token latency at the draw's load in closed
+The oracle (`specfleet_workshop.sim.oracle`) gives each config's mean per-token latency at the draw's load in closed
 form. The figure of merit is the speed-up over no speculation of the config the fleet ends up serving (the
 winner, or stable when nothing wins) as a fraction of the best speed-up among the candidates and stable.
 "noise-free" applies the same ranking rule to the oracle's latency ratios (throughput ratios all 1: the
@@ -49,12 +49,12 @@ from specfleet.api.spec import (
 )
 from specfleet.api.status import Measurements, Verdict
 from specfleet.autotune.candidates import THROUGHPUT_TIE, TIE, Score, choose
-from specfleet.devcluster.process import signals_as_interrupts
 from specfleet.hardware import BY_SHORT_NAME, PRODUCTS
 from specfleet.judge import judge
 from specfleet.render.argv import FINE_ITL_BUCKETS
-from specfleet.sim.engine import Engine
-from specfleet.sim.oracle import Setup, token_latency
+from specfleet_workshop.devcluster.process import signals_as_interrupts
+from specfleet_workshop.sim.engine import Engine
+from specfleet_workshop.sim.oracle import Setup, token_latency
 
 from benchkit import markdown_table
 from judge_roc import Snapshot, _worker_started, evidence, snapshot

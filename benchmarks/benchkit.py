@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specfleet.api.vocabulary import API_VERSION, KIND
-from specfleet.devcluster.process import signals_as_interrupts, signals_deferred, signals_ignored
-from specfleet.fleetpods.loopback import free_port
+from specfleet_workshop.devcluster.process import signals_as_interrupts, signals_deferred, signals_ignored
+from specfleet_workshop.fleetpods.loopback import free_port
 
 if TYPE_CHECKING:
-    from specfleet.devcluster.cluster import ClusterInfo
+    from specfleet_workshop.devcluster.cluster import ClusterInfo
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,10 +29,10 @@ def cluster_with_crd(state_dir: Path, mi300x_nodes: int) -> tuple["ClusterInfo",
     """A dev cluster of its own (free ports) with the CRD Established, and a fresh namespace in it."""
     import kubernetes
 
-    from specfleet.devcluster.cluster import up
-    from specfleet.devcluster.config import free_ports
-    from specfleet.devcluster.crds import apply_crds
-    from specfleet.devcluster.nodes import pool_from_counts
+    from specfleet_workshop.devcluster.cluster import up
+    from specfleet_workshop.devcluster.config import free_ports
+    from specfleet_workshop.devcluster.crds import apply_crds
+    from specfleet_workshop.devcluster.nodes import pool_from_counts
 
     cluster = up(state_dir, pool=pool_from_counts(mi300x=mi300x_nodes, mi325x=0, mi355x=0, cpu=1), ports=free_ports())
     apply_crds(cluster, [ROOT / "crds" / "specfleet.io_speculativedeployments.yaml"])
@@ -105,9 +105,9 @@ def cluster_session(state_dir: Path, mi300x_nodes: int, *, keep: bool = False) -
     A cluster left in `state_dir` by an earlier run is taken down first, so every run measures a fresh one.
     Never the default dev cluster's directory: other people's tests use that cluster.
     """
-    from specfleet.devcluster.cluster import down, load_info
-    from specfleet.devcluster.config import Layout
-    from specfleet.devcluster.paths import default_state_dir
+    from specfleet_workshop.devcluster.cluster import down, load_info
+    from specfleet_workshop.devcluster.config import Layout
+    from specfleet_workshop.devcluster.paths import default_state_dir
 
     state_dir = state_dir.absolute()
     if state_dir == default_state_dir().absolute():
@@ -144,7 +144,7 @@ class PrivatePrometheus:
 
         import yaml
 
-        from specfleet.devcluster.binaries import find_prometheus
+        from specfleet_workshop.devcluster.binaries import find_prometheus
 
         workdir.mkdir(parents=True, exist_ok=True)
         port = free_port()

@@ -72,8 +72,8 @@ import urllib3
 import yaml
 
 from specfleet.api.vocabulary import GROUP, LABEL_NAME, LABEL_REVISION, LABEL_TRACK, PLURAL, VERSION, Track
-from specfleet.devcluster.gateway import install_httproute_crd
-from specfleet.devcluster.nodes import pool_of_its_own
+from specfleet_workshop.devcluster.gateway import install_httproute_crd
+from specfleet_workshop.devcluster.nodes import pool_of_its_own
 
 from benchkit import PrivatePrometheus, cluster_session, free_port, one_replica_fleet
 
@@ -622,7 +622,7 @@ class Injector:
         Starting is retried for two minutes (its port may linger in TIME_WAIT); a component that cannot be
         started again ends the whole run, as nothing after it would measure the operator.
         """
-        from specfleet.devcluster.cluster import ClusterError, start_component, stop_component
+        from specfleet_workshop.devcluster.cluster import ClusterError, start_component, stop_component
 
         began = time.monotonic()
         stop_component(self.cluster.state_dir, component)

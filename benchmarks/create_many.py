@@ -29,7 +29,7 @@ from pathlib import Path
 import kubernetes
 
 from specfleet.api.vocabulary import GROUP, PLURAL, VERSION
-from specfleet.devcluster.cluster import ClusterInfo
+from specfleet_workshop.devcluster.cluster import ClusterInfo
 
 from benchkit import background, cluster_session, free_port, one_replica_fleet, percentile, process_usage
 

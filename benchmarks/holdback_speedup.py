@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from specfleet.api.spec import Guardrails
 from specfleet.judge import TrackEvidence, speedup
-from specfleet.sim.engine import Engine
-from specfleet.sim.oracle import Setup, token_latency
+from specfleet_workshop.sim.engine import Engine
+from specfleet_workshop.sim.oracle import Setup, token_latency
 
 import judge_roc
 

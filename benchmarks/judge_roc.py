@@ -72,14 +72,14 @@ from typing import Any
 from specfleet.api.durations import parse_duration
 from specfleet.api.spec import AnalysisSpec, Guardrails
 from specfleet.api.status import Verdict
-from specfleet.devcluster.process import signals_as_interrupts
-from specfleet.fleetpods.pods import parse_vllm_args
 from specfleet.hardware import MI325X
 from specfleet.judge import Judgement, Recent, TrackEvidence, judge, judged_guardrails
 from specfleet.render.argv import FINE_ITL_BUCKETS
-from specfleet.sim.engine import Engine, Histogram, Metrics, configure
-from specfleet.sim.scenario import parse_scenario, resolve
 from specfleet.stats import Binned, binned_sd, common_bounds, log_quantile_se, requests_to_bound, wilson_bounds, z_score
+from specfleet_workshop.devcluster.process import signals_as_interrupts
+from specfleet_workshop.fleetpods.pods import parse_vllm_args
+from specfleet_workshop.sim.engine import Engine, Histogram, Metrics, configure
+from specfleet_workshop.sim.scenario import parse_scenario, resolve
 
 from benchkit import markdown_table
 

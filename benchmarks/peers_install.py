@@ -12,9 +12,9 @@ def peer_binaries() -> tuple[dict[str, Path], Path, Path]:
     """The peers' binaries (built when missing) and their CRD directories, from the project's build cache."""
     from rich.console import Console
 
-    from specfleet.cachedir import cache_root
-    from specfleet.devcluster.binaries import PEERS
-    from specfleet.devcluster.build import GoBuilder, build_groups
+    from specfleet_workshop.cachedir import cache_root
+    from specfleet_workshop.devcluster.binaries import PEERS
+    from specfleet_workshop.devcluster.build import GoBuilder, build_groups
 
     cache = cache_root()
     binaries = GoBuilder(cache, Console(stderr=True)).ensure(list(PEERS))
@@ -24,7 +24,7 @@ def peer_binaries() -> tuple[dict[str, Path], Path, Path]:
 
 def install_peer_crds(cluster: Any, argo_crds: Path, flagger_crds: Path) -> None:
     """Apply Argo Rollouts' and Flagger's CRDs and wait until every CRD is Established."""
-    from specfleet.devcluster.crds import apply_crds
+    from specfleet_workshop.devcluster.crds import apply_crds
 
     apply_crds(cluster, [*sorted(argo_crds.glob("*.yaml")), flagger_crds / "crd.yaml"])
 

@@ -268,8 +268,8 @@ def observe(run: Run, fleets: list[Fleet], t0: float, until: Callable[[], bool],
 
 def restart_prometheus_after(cluster: Any, seconds: float) -> None:
     """Stop the dev cluster's Prometheus (its pid file), wait, start it again with the same command."""
-    from specfleet.devcluster import process
-    from specfleet.devcluster.config import Layout
+    from specfleet_workshop.devcluster import process
+    from specfleet_workshop.devcluster.config import Layout
 
     layout = Layout(cluster.state_dir)
     record = process.read_record(layout.pid_file("prometheus"))

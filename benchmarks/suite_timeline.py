@@ -17,7 +17,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from specfleet.cachedir import cache_root
+from specfleet_workshop.cachedir import cache_root
 
 KINDS = {"vllm": "tab:red", "integration": "tab:blue", "unit": "tab:green"}
 

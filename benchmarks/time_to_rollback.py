@@ -29,7 +29,7 @@ import kubernetes
 import yaml
 
 from specfleet.api.vocabulary import GROUP, LABEL_TRACK, PLURAL, VERSION, Track
-from specfleet.devcluster.cluster import ClusterInfo
+from specfleet_workshop.devcluster.cluster import ClusterInfo
 
 from benchkit import background, cluster_session, free_port, one_replica_fleet, percentile, wait_until
 

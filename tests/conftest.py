@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-from specfleet.cachedir import cache_root
+from specfleet_workshop.cachedir import cache_root
 
 from testrun import CLUSTER_STARTED, RUN_DIR, ShortBehindLongScheduling
 
@@ -50,7 +50,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     run_dir = Path(os.environ.pop(RUN_DIR))
     started = run_dir / CLUSTER_STARTED
     if started.exists():
-        from specfleet.devcluster.cluster import down  # only when a run started the cluster
+        from specfleet_workshop.devcluster.cluster import down  # only when a run started the cluster
 
         down(Path(started.read_text()))
     shutil.rmtree(run_dir, ignore_errors=True)

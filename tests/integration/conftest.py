@@ -7,7 +7,7 @@ developer's running cluster survives a test run and CI leaves no process behind.
 What a test needs from the shared cache (the cluster's binaries, real vLLM's venv and models, the images) is
 made before the test's own clock (pytest-timeout's) starts: a cold cache takes minutes to fill, and a test
 that waits for another worker's build is not slow. Each entry is made once, under a lock, by whichever
-worker asks first (`specfleet.cachedir.fill_once`); a fill that fails or waits too long fails the test in its
+worker asks first (`specfleet_workshop.cachedir.fill_once`); a fill that fails or waits too long fails the test in its
 set-up with a message naming the entry.
 """
 
@@ -23,16 +23,16 @@ import pytest
 from filelock import FileLock
 from rich.console import Console
 
-from specfleet.cachedir import cache_root
-from specfleet.devcluster.binaries import COMPONENTS, TOOLS, find_binary
-from specfleet.devcluster.build import GoBuilder
-from specfleet.devcluster.cluster import ClusterInfo, load_info, up
-from specfleet.devcluster.crds import apply_crds
-from specfleet.devcluster.images import OPERATOR, BaseChoice, ImageBuilder, vllm_spec
-from specfleet.devcluster.nodes import NodePool, pool_from_counts
-from specfleet.devcluster.paths import default_state_dir
-from specfleet.realvllm import install
-from specfleet.realvllm.models import ensure_models
+from specfleet_workshop.cachedir import cache_root
+from specfleet_workshop.devcluster.binaries import COMPONENTS, TOOLS, find_binary
+from specfleet_workshop.devcluster.build import GoBuilder
+from specfleet_workshop.devcluster.cluster import ClusterInfo, load_info, up
+from specfleet_workshop.devcluster.crds import apply_crds
+from specfleet_workshop.devcluster.images import OPERATOR, BaseChoice, ImageBuilder, vllm_spec
+from specfleet_workshop.devcluster.nodes import NodePool, pool_from_counts
+from specfleet_workshop.devcluster.paths import default_state_dir
+from specfleet_workshop.realvllm import install
+from specfleet_workshop.realvllm.models import ensure_models
 
 from fleetkit import Fleet, Operator, Simulator
 from testrun import CLUSTER_STARTED, RUN_DIR

@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from specfleet.api.vocabulary import API_VERSION, GROUP, KIND, PLURAL, VERSION
-from specfleet.devcluster.cluster import ClusterInfo
-from specfleet.fleetpods.loopback import free_port
+from specfleet_workshop.devcluster.cluster import ClusterInfo
+from specfleet_workshop.fleetpods.loopback import free_port
 
 T = TypeVar("T")
 

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from specfleet.controller.analysis import scraped_seconds
-from specfleet.devcluster.cluster import ClusterInfo
 from specfleet.metrics import names, promql
 from specfleet.metrics.prometheus import Prometheus
 from specfleet.metrics.promql import TrackSelector
 from specfleet.render.argv import ITL_BUCKETS_FLAG
+from specfleet_workshop.devcluster.cluster import ClusterInfo
 
 from benchkit import PrivatePrometheus
 from fleetkit import (

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from specfleet.api.vocabulary import GROUP, PLURAL, Command
-from specfleet.devcluster.cluster import ClusterInfo
+from specfleet_workshop.devcluster.cluster import ClusterInfo
 
 from fleetkit import Fleet, Operator, healthy, sdep, wait_for
 from hostile_templates import ESCALATIONS

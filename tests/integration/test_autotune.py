@@ -1,7 +1,7 @@
 """An experiment over k on the simulator, judged from a real Prometheus with the operator running.
 
 The scenario says what the user has (a drafter whose per-token acceptance is 0.55 on this traffic, the
-load per pod); the simulator's closed-form oracle (`specfleet.sim.oracle`) says which k is fastest for
+load per pod); the simulator's closed-form oracle (`specfleet_workshop.sim.oracle`) says which k is fastest for
 that, and the experiment must find it by measuring, and promote it. Six replicas and a 10% first step
 give each of the four candidates a slice of one pod: they are measured side by side, over one window.
 """
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from specfleet.hardware import MI300X
-from specfleet.sim.oracle import Setup, token_latency
+from specfleet_workshop.sim.oracle import Setup, token_latency
 
 from fleetkit import GOOD_DRAFTER, SCENARIO, Fleet, Operator, Simulator, sdep, wait_for
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.devcluster.cluster import ClusterInfo
+from specfleet_workshop.devcluster.cluster import ClusterInfo
 
 import chaos
 

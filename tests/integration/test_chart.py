@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 import yaml
 
-from specfleet import chartgen
-from specfleet.devcluster.cluster import ClusterInfo
-from specfleet.devcluster.crds import apply_crds
+from specfleet_workshop import chartgen
+from specfleet_workshop.devcluster.cluster import ClusterInfo
+from specfleet_workshop.devcluster.crds import apply_crds
 
 from fleetkit import Fleet, healthy, schemaless_crd, sdep, wait_for
 from speckit import FULL_TEMPLATE
@@ -470,11 +470,13 @@ def test_the_operator_image_install_step_installs_only_runtime_dependencies(tmp_
     # pip's own download cache (the README's first command filled it with these packages): the image's
     # `--no-cache-dir` keeps them out of a layer, which does not matter here, and a busy machine's fresh
     # downloads outlasted the default timeout.
-    run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", str(context)], timeout=420)
+    run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", str(context / "operator")],
+        timeout=420)  # fmt: skip
 
     assert "Run the operator" in run([str(venv / "bin" / "specfleet"), "run", "--help"]).stdout
     listing = "import importlib.metadata as m; print(*(d.metadata['Name'] for d in m.distributions()))"
-    names = run([str(venv / "bin" / "python"), "-c", listing]).stdout.split()
+    names = run([str(venv / "bin" / "python"), "-I", "-c", listing]).stdout.split()  # -I: not the checkout's *.egg-info
     installed = {re.sub(r"[-_.]+", "-", name).lower() for name in names}
     assert {"specfleet", "kopf", "kubernetes", "pydantic", "prometheus-client", "typer"} <= installed
     assert not installed & {"pytest", "ruff", "hypothesis", "import-linter", "vllm", "pip"}
+    assert not installed & {"specfleet-workshop", "specfleet-dev", "matplotlib", "transformers"}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specfleet.devcluster.cluster import ClusterInfo
+from specfleet_workshop.devcluster.cluster import ClusterInfo
 
 from fleetkit import Fleet, Operator, healthy, wait_for
 

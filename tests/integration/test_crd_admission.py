@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from specfleet.api.resource import SpeculativeDeployment
-from specfleet.devcluster.cluster import ClusterInfo
+from specfleet_workshop.devcluster.cluster import ClusterInfo
 
 from bad_specs import BAD_SPECS, BASE, BadSpec, merged
 

@@ -21,7 +21,7 @@ from specfleet.controller.analysis import evidence
 from specfleet.judge import judge
 from specfleet.metrics import promql
 from specfleet.metrics.prometheus import Prometheus
-from specfleet.sim.exposition import TOOL_CALLS, TOOL_CALLS_PARSED
+from specfleet_workshop.sim.exposition import TOOL_CALLS, TOOL_CALLS_PARSED
 
 from fleetkit import (
     EAGLE3_K5,

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from specfleet.devcluster.cluster import ClusterInfo
+from specfleet_workshop.devcluster.cluster import ClusterInfo
 
 pytestmark = pytest.mark.integration
 

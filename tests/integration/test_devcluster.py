@@ -16,11 +16,11 @@ import kubernetes
 import pytest
 import yaml
 
-from specfleet.devcluster import cluster
-from specfleet.devcluster.config import free_ports
-from specfleet.devcluster.crds import apply_crds
-from specfleet.devcluster.nodes import GPU_RESOURCE, pool_from_counts
-from specfleet.devcluster.versions import HELM_VERSION, KUBERNETES_VERSION
+from specfleet_workshop.devcluster import cluster
+from specfleet_workshop.devcluster.config import free_ports
+from specfleet_workshop.devcluster.crds import apply_crds
+from specfleet_workshop.devcluster.nodes import GPU_RESOURCE, pool_from_counts
+from specfleet_workshop.devcluster.versions import HELM_VERSION, KUBERNETES_VERSION
 
 from fleetkit import schemaless_crd, wait_for
 

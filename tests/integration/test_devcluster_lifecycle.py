@@ -16,11 +16,11 @@ from pathlib import Path
 import kubernetes
 import pytest
 
-from specfleet.cachedir import cache_root
-from specfleet.devcluster import cluster, process
-from specfleet.devcluster.binaries import COMPONENTS, TOOLS, find_binary
-from specfleet.devcluster.config import Layout, free_ports
-from specfleet.devcluster.nodes import pool_from_counts
+from specfleet_workshop.cachedir import cache_root
+from specfleet_workshop.devcluster import cluster, process
+from specfleet_workshop.devcluster.binaries import COMPONENTS, TOOLS, find_binary
+from specfleet_workshop.devcluster.config import Layout, free_ports
+from specfleet_workshop.devcluster.nodes import pool_from_counts
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.devcluster.cluster import ClusterInfo
 from specfleet.rollout.types import NO_PROMETHEUS
+from specfleet_workshop.devcluster.cluster import ClusterInfo
 
 from fleetkit import EAGLE3_K5, PLAIN, Fleet, Operator, Simulator, canaried, sdep, wait_for
 

@@ -17,7 +17,7 @@ from typing import Any
 import kubernetes
 import pytest
 
-from specfleet.devcluster.nodes import pool_of_its_own
+from specfleet_workshop.devcluster.nodes import pool_of_its_own
 
 from fleetkit import EAGLE3_K5, ROLLOUT, Fleet, Operator, Simulator, sdep, wait_for
 

@@ -12,7 +12,7 @@ import pytest
 
 from specfleet.api.vocabulary import ALWAYS_SERVED, LABEL_TRAFFIC
 from specfleet.hardware import MI300X
-from specfleet.sim.oracle import Setup, token_latency
+from specfleet_workshop.sim.oracle import Setup, token_latency
 
 from fleetkit import EAGLE3_K5, ROLLOUT, SCENARIO, Fleet, Operator, Simulator, sdep, wait_for
 

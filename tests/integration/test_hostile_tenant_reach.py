@@ -27,9 +27,9 @@ import pytest
 import yaml
 
 from specfleet.api.vocabulary import GROUP, PLURAL
-from specfleet.devcluster.cluster import ClusterInfo
-from specfleet.devcluster.gateway import install_httproute_crd
-from specfleet.fleetpods.loopback import free_port
+from specfleet_workshop.devcluster.cluster import ClusterInfo
+from specfleet_workshop.devcluster.gateway import install_httproute_crd
+from specfleet_workshop.fleetpods.loopback import free_port
 
 from fleetkit import Fleet, Operator, canaried, running, sdep, wait_for
 

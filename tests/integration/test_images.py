@@ -23,16 +23,16 @@ import yaml
 
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.vocabulary import Track
-from specfleet.cachedir import cache_root
-from specfleet.devcluster import images
-from specfleet.devcluster.cluster import ClusterInfo
-from specfleet.devcluster.images import OPERATOR, BaseChoice, Built, ImageBuilder, ImageError
-from specfleet.fleetpods.tiny_tokenizers import hub_snapshot, write_tokenizer
 from specfleet.preflight.job import preflight_job
-from specfleet.realvllm import install
-from specfleet.realvllm.translate import translate
 from specfleet.render import manifests
 from specfleet.render.argv import served_model_name
+from specfleet_workshop.cachedir import cache_root
+from specfleet_workshop.devcluster import images
+from specfleet_workshop.devcluster.cluster import ClusterInfo
+from specfleet_workshop.devcluster.images import OPERATOR, BaseChoice, Built, ImageBuilder, ImageError
+from specfleet_workshop.fleetpods.tiny_tokenizers import hub_snapshot, write_tokenizer
+from specfleet_workshop.realvllm import install
+from specfleet_workshop.realvllm.translate import translate
 
 from fleetkit import EAGLE3_K5, PLAIN, Fleet, Simulator, free_port, start_canary, wait_for
 
@@ -98,6 +98,24 @@ def test_the_runtime_image_has_no_pip_no_compiler_and_not_the_build_ca(
         pytest.skip("no extra CA on this machine: nothing was passed to the build that could leak")
     extra = set().union(*(images.fingerprints(path.read_text()) for path in operator_image.extra_cas))
     assert extra and not extra & in_image, "an extra CA given to the build is in the image's trust store"
+
+
+RUNTIME_ONLY = """
+import importlib.metadata, importlib.util, json
+names = sorted(d.metadata["Name"] for d in importlib.metadata.distributions())
+print(json.dumps({"workshop": importlib.util.find_spec("specfleet_workshop") is not None, "distributions": names}))
+"""
+
+
+def test_the_operator_image_holds_the_runtime_distribution_only(builder: ImageBuilder, operator_image: Built) -> None:
+    run = ("run", "--rm", *images.PODMAN_ULIMITS, "--network", "none", "--read-only", "--entrypoint", "python")
+    found = json.loads(podman(builder, *run, operator_image.tag, "-c", RUNTIME_ONLY).stdout)
+    assert found["workshop"] is False
+    assert "specfleet" in found["distributions"]
+    assert not {"specfleet-workshop", "specfleet-dev", "matplotlib", "transformers"} & set(found["distributions"])
+    dev = podman(builder, "run", "--rm", *images.PODMAN_ULIMITS, "--network", "none", "--read-only",
+                 "--entrypoint", "specfleet", operator_image.tag, "dev", "up", check=False)  # fmt: skip
+    assert dev.returncode == 2 and "pip install specfleet-workshop" in dev.stderr, dev.stderr
 
 
 def rendered_deployment(dev_cluster: ClusterInfo, image: str, *values: str) -> dict[str, Any]:

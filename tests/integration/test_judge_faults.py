@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from specfleet.devcluster.cluster import ClusterInfo
 from specfleet.metrics import names
 from specfleet.metrics.prometheus import Prometheus
 from specfleet.metrics.promql import TrackSelector
+from specfleet_workshop.devcluster.cluster import ClusterInfo
 
 from benchkit import PrivatePrometheus
 from fleetkit import (

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.devcluster.cluster import ClusterInfo
-from specfleet.devcluster.gateway import install_httproute_crd
+from specfleet_workshop.devcluster.cluster import ClusterInfo
+from specfleet_workshop.devcluster.gateway import install_httproute_crd
 
 from fleetkit import Fleet, Operator, canaried, healthy, sdep, wait_for
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from specfleet.controller.outputs import BUILTIN_PROMPTS
-from specfleet.devcluster.cluster import ClusterInfo
+from specfleet_workshop.devcluster.cluster import ClusterInfo
 
 from fleetkit import (
     EAGLE3_K5,

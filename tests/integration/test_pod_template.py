@@ -9,8 +9,8 @@ import yaml
 
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.vocabulary import Track
-from specfleet.devcluster.cluster import ClusterInfo
 from specfleet.render.manifests import render
+from specfleet_workshop.devcluster.cluster import ClusterInfo
 
 from fleetkit import Fleet, Operator, healthy, sdep, wait_for
 from speckit import FULL_TEMPLATE

@@ -12,8 +12,8 @@ import kubernetes
 import pytest
 
 from specfleet.api.vocabulary import LABEL_PREFLIGHT
-from specfleet.devcluster.cluster import ClusterInfo
-from specfleet.fleetpods.tiny_tokenizers import hub_snapshot, write_tokenizer
+from specfleet_workshop.devcluster.cluster import ClusterInfo
+from specfleet_workshop.fleetpods.tiny_tokenizers import hub_snapshot, write_tokenizer
 
 from fleetkit import PLAIN, Fleet, Operator, Simulator, sdep, wait_for
 

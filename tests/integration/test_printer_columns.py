@@ -9,8 +9,8 @@ import pytest
 
 from specfleet.api.spec import SpeculativeDeploymentSpec
 from specfleet.api.status import Analysis, Measurements, Phase, SpeculativeDeploymentStatus, Verdict
-from specfleet.devcluster.cluster import ClusterInfo
 from specfleet.rollout.columns import with_columns
+from specfleet_workshop.devcluster.cluster import ClusterInfo
 
 pytestmark = pytest.mark.integration
 

@@ -17,11 +17,11 @@ import pytest
 import yaml
 
 from specfleet.api.resource import SpeculativeDeployment
-from specfleet.realvllm.contract import Acceptance, vllm_accepts
-from specfleet.realvllm.install import DEFAULT_VERSION, VllmHome
-from specfleet.realvllm.translate import SUPPORTED_METHODS, translate
 from specfleet.render.argv import ITL_BUCKETS_FLAG, vllm_argv
 from specfleet.validation import errors, validate_document
+from specfleet_workshop.realvllm.contract import Acceptance, vllm_accepts
+from specfleet_workshop.realvllm.install import DEFAULT_VERSION, VllmHome
+from specfleet_workshop.realvllm.translate import SUPPORTED_METHODS, translate
 
 pytestmark = pytest.mark.vllm
 

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from specfleet.controller.outputs import BUILTIN_PROMPTS
-from specfleet.devcluster.cluster import ClusterInfo
 from specfleet.metrics.prometheus import Prometheus, ProviderError
-from specfleet.realvllm.install import DEFAULT_VERSION, VllmHome
+from specfleet_workshop.devcluster.cluster import ClusterInfo
+from specfleet_workshop.realvllm.install import DEFAULT_VERSION, VllmHome
 
 from fleetkit import Fleet, Operator, free_port, sdep, wait_for
 

@@ -25,15 +25,15 @@ from specfleet.api.spec import OutputEquivalence
 from specfleet.api.vocabulary import LABEL_NAME, LABEL_REVISION, LABEL_TRACK, Track
 from specfleet.controller.analysis import evidence
 from specfleet.controller.outputs import BUILTIN_PROMPTS, Round, compare_round
-from specfleet.devcluster.cluster import ClusterInfo
 from specfleet.metrics import names, promql
 from specfleet.metrics.prometheus import Prometheus
-from specfleet.realvllm.install import DEFAULT_VERSION, VllmHome
-from specfleet.realvllm.runner import LoadPlan, RealEngine
-from specfleet.realvllm.translate import translate
 from specfleet.render.manifests import deployment, revision
-from specfleet.sim import Simulator
-from specfleet.sim.scenario import load_scenario
+from specfleet_workshop.devcluster.cluster import ClusterInfo
+from specfleet_workshop.realvllm.install import DEFAULT_VERSION, VllmHome
+from specfleet_workshop.realvllm.runner import LoadPlan, RealEngine
+from specfleet_workshop.realvllm.translate import translate
+from specfleet_workshop.sim import Simulator
+from specfleet_workshop.sim.scenario import load_scenario
 
 from fleetkit import wait_for
 

@@ -15,8 +15,8 @@ from typing import Any
 import kubernetes
 import pytest
 
-from specfleet.devcluster.cluster import ClusterInfo
 from specfleet.sharding import OWNER_ANNOTATION, Stamp, hash_shard
+from specfleet_workshop.devcluster.cluster import ClusterInfo
 
 from fleetkit import Fleet, Operator, free_port, sdep, wait_for
 

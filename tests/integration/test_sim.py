@@ -19,9 +19,9 @@ import pytest
 import yaml
 
 from specfleet.api.resource import SpeculativeDeployment
-from specfleet.devcluster.cluster import ClusterInfo
 from specfleet.metrics import names
 from specfleet.render.manifests import Track, deployment, revision
+from specfleet_workshop.devcluster.cluster import ClusterInfo
 
 from fleetkit import wait_for
 

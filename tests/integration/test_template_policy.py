@@ -17,9 +17,9 @@ import pytest
 import yaml
 
 from specfleet.api.vocabulary import GROUP, PLURAL, VERSION
-from specfleet.devcluster.cluster import ClusterInfo
-from specfleet.devcluster.versions import KUBERNETES_VERSION
 from specfleet.render.policy import TemplatePolicy, template_problems
+from specfleet_workshop.devcluster.cluster import ClusterInfo
+from specfleet_workshop.devcluster.versions import KUBERNETES_VERSION
 
 from fleetkit import Fleet, Operator, sdep, wait_for
 from hostile_templates import ESCALATIONS, HOST_NAMESPACES, RESTRICTED_SIDECAR, Hostile

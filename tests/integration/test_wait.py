@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from specfleet.devcluster.cluster import ClusterInfo
+from specfleet_workshop.devcluster.cluster import ClusterInfo
 
 from fleetkit import EAGLE3_K5, PLAIN, Fleet, Operator, Simulator, healthy, start_canary, wait_for
 

@@ -4,8 +4,8 @@ from dataclasses import dataclass
 
 from specfleet.autotune.schedule import LoadPoint
 from specfleet.hardware import GpuProduct
-from specfleet.sim import model
-from specfleet.sim.scenario import Defaults
+from specfleet_workshop.sim import model
+from specfleet_workshop.sim.scenario import Defaults
 
 DEFAULTS = Defaults()
 """The simulator's scenario defaults: the knee, the bandwidth efficiency, the typical request."""

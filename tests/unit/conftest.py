@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.cachedir import cache_root
-from specfleet.devcluster.binaries import COMPONENTS, find_binary
+from specfleet_workshop.cachedir import cache_root
+from specfleet_workshop.devcluster.binaries import COMPONENTS, find_binary
 
 
 @pytest.fixture(scope="module")

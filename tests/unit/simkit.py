@@ -12,12 +12,12 @@ import yaml
 
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.vocabulary import LABEL_NAME, LABEL_TRACK, Track
-from specfleet.fleetpods.pods import parse_vllm_args
 from specfleet.hardware import MI325X, PRODUCT_NAME_LABEL, GpuProduct
 from specfleet.render.manifests import deployment, revision
-from specfleet.sim import load_scenario
-from specfleet.sim.engine import Engine, configure
-from specfleet.sim.scenario import resolve
+from specfleet_workshop.fleetpods.pods import parse_vllm_args
+from specfleet_workshop.sim import load_scenario
+from specfleet_workshop.sim.engine import Engine, configure
+from specfleet_workshop.sim.scenario import resolve
 
 from repokit import EXAMPLES
 

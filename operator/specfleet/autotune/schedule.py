@@ -4,7 +4,7 @@ Pure functions. The operator measures, per analysis window and track, the mean e
 inter-token-latency histogram sum / count: one observation per request per step), the mean number of
 running requests per pod (the batch B) and the depth k the steps ran at: a `LoadPoint`. From points at two
 or more batch levels and two or more depths, `fit_step_model` fits the simulator's shape of a step
-(docs/simulator.md, `specfleet.sim.model.step_seconds`):
+(docs/simulator.md, `specfleet_workshop.sim.model.step_seconds`):
 
     step(k, B) = h + g(k) d max(1, n / K) + max(m + v B, m (B (k + 1) + P) / K)
 

@@ -14,12 +14,10 @@ import typer
 
 from specfleet import __version__
 from specfleet.api.vocabulary import KIND, Track
-from specfleet.cli import rollouts
-from specfleet.cli.loadtest import loadtest_command
+from specfleet.cli import plugins, rollouts
 from specfleet.cli.run import run
 from specfleet.cli.view import GUARDRAILS_HEADER, YAML_WIDTH
 from specfleet.console import make_console
-from specfleet.devcluster.cli import app as dev_app
 from specfleet.render.policy import DEFAULT_POLICY, TemplatePolicy
 
 app = typer.Typer(
@@ -27,38 +25,13 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-app.add_typer(dev_app, name="dev")
+tooling = plugins.installed_commands()  # the dev tooling's commands, when specfleet-workshop is installed
+plugins.add_commands(app, ["dev"], tooling)
 app.command()(run)
 
 stderr = make_console(stderr=True)
 
-CHART_FILE_NAMES = ("files/prometheus-rules.yaml", "files/grafana-dashboard.json", "files/template-policy.yaml")
-"""The keys of `specfleet.chartgen.GENERATED`, for the help text without importing the generators (a unit
-test checks that both agree)."""
-
-
-SIM_SUMMARY = (
-    "Stand in for vLLM: serve each pod's /metrics from a model of speculative decoding, for Prometheus to scrape."
-)
-
-
-@app.command(
-    name="sim",
-    help=f"{SIM_SUMMARY}\n\n`specfleet sim --help` lists its options.",
-    add_help_option=False,
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-)
-def sim(ctx: typer.Context) -> None:
-    """Hand the arguments to the command of the engine they ask for (`specfleet.cli.sim`), imported only now
-    (it loads the engines)."""
-    from specfleet.cli.sim import engine_command
-
-    single = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-    single.command()(engine_command(ctx.args))
-    typer.main.get_command(single).main(args=ctx.args, prog_name=ctx.command_path)
-
-
-app.command(name="loadtest")(loadtest_command)
+plugins.add_commands(app, ["sim", "loadtest"], tooling)
 rollouts.register(app)  # after `sim`: the help lists the commands in the order they were registered
 
 
@@ -106,15 +79,7 @@ def crd() -> None:
     typer.echo(crd_yaml(), nl=False)
 
 
-@app.command(name="chart-file")
-def chart_file(name: Annotated[str, typer.Argument(help=f"One of: {', '.join(CHART_FILE_NAMES)}.")]) -> None:
-    """Print a Helm chart file generated from the Python sources (alert rules, Grafana dashboard, template policy)."""
-    from specfleet.chartgen import GENERATED as CHART_FILES
-
-    if name not in CHART_FILES:
-        stderr.print(f"[red]error:[/] {name} is not a generated chart file; one of: {', '.join(CHART_FILES)}")
-        raise typer.Exit(2)
-    typer.echo(CHART_FILES[name](), nl=False)
+plugins.add_commands(app, ["chart-file"], tooling)
 
 
 class ValidateOutput(StrEnum):
@@ -255,15 +220,4 @@ def render_command(
     typer.echo(yaml.safe_dump_all(manifests, sort_keys=False, width=120), nl=False)
 
 
-@app.command()
-def demo(
-    keep: Annotated[bool, typer.Option("--keep", help="Leave the cluster, simulator and operator running.")] = False,
-) -> None:
-    """Play the whole product on a local cluster: a config goes Healthy, a better one is promoted, a bad one
-    is rolled back automatically. Builds what it needs on first use; cleans up unless --keep."""
-    from specfleet.demo import run_demo
-
-    outcomes = run_demo(keep)
-    if outcomes != ["Healthy", "Promoted", "RolledBack"]:
-        stderr.print(f"[red]the story did not go as written:[/] {outcomes}")
-        raise typer.Exit(1)
+plugins.add_commands(app, ["demo"], tooling)

@@ -2,7 +2,7 @@
 
 Counters and histograms are updated where things happen. The per-object gauges (rollout phase, canary
 weight) are read from the watch store at scrape time, so they can never disagree with it. Names are
-constants because the chart's Grafana dashboard (`specfleet.chartgen`) queries them.
+constants because the chart's Grafana dashboard (`specfleet_workshop.chartgen`) queries them.
 """
 
 from collections.abc import Callable, Iterable, Iterator, Mapping

@@ -1,6 +1,6 @@
 """Load-aware depth (autotune/schedule.py), checked against the simulator's own performance model.
 
-Every expected value comes from `specfleet.sim.model` (step time, tokens per step) for an engine built
+Every expected value comes from `specfleet_workshop.sim.model` (step time, tokens per step) for an engine built
 the way the simulator builds one (its GPU table, its scenario defaults), never from the code under test.
 """
 
@@ -19,8 +19,8 @@ from specfleet.autotune import schedule
 from specfleet.autotune.schedule import LoadPoint, NoFit, StepFit
 from specfleet.hardware import MI300X, MI325X, MI355X, PRODUCTS, GpuProduct
 from specfleet.render.vllm_versions import INERT_SPECULATIVE_KEYS, SPECULATIVE_KEYS, VllmVersion
-from specfleet.sim import model
-from specfleet.sim.oracle import Setup, predict, token_latency
+from specfleet_workshop.sim import model
+from specfleet_workshop.sim.oracle import Setup, predict, token_latency
 
 from autotunekit import DEFAULTS, KS, Engine
 

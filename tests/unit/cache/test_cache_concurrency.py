@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from specfleet.devcluster.images import OPERATOR, BaseChoice, ImageBuilder
-from specfleet.realvllm import install
+from specfleet_workshop.devcluster.images import OPERATOR, BaseChoice, ImageBuilder
+from specfleet_workshop.realvllm import install
 
 SLOW = 0.3
 """Seconds a stubbed slow step takes: long enough for the other caller to arrive while it runs."""

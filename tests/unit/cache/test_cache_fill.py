@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.cachedir import CacheWaitError, exclusively, fill_once
+from specfleet_workshop.cachedir import CacheWaitError, exclusively, fill_once
 
 from repokit import ROOT
 
@@ -38,7 +38,7 @@ def test_a_leftover_of_a_killed_build_is_removed_and_the_entry_built(tmp_path: P
 KILLED_BUILD = """
 import sys, time
 from pathlib import Path
-from specfleet.cachedir import fill_once
+from specfleet_workshop.cachedir import fill_once
 def build(staging):
     staging.mkdir(); (staging / "half").touch(); print("building", flush=True); time.sleep(600)
 fill_once(Path(sys.argv[1]), build, "the entry")

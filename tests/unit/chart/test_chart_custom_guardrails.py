@@ -1,9 +1,9 @@
 """Custom guardrails reach the operator's metrics, the alert rules and the dashboard: a `guardrail` label
 with the check's name (`custom:<name>`), only while the canary the analysis judged is live."""
 
-from specfleet import chartgen
 from specfleet.controller.metrics import GUARDRAIL, GUARDRAIL_VERDICT, FleetCollector
 from specfleet.metrics import alerts
+from specfleet_workshop import chartgen
 
 CHECKS = [
     {

@@ -10,12 +10,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from specfleet import chartgen
 from specfleet.api.spec import DEFAULT_VLLM_VERSION
 from specfleet.cli.main import app
 from specfleet.controller import metrics as operator_metrics
 from specfleet.metrics import alerts, names
 from specfleet.render.manifests import DEFAULT_IMAGE_REPOSITORY, HF_HOME, SERVING_UID
+from specfleet_workshop import chartgen
 
 from repokit import ROOT
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from specfleet import chartgen
+from specfleet_workshop import chartgen
 
 from repokit import ROOT
 

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from specfleet.cli import kubeapi, view
-from specfleet.devcluster.config import render_kubeconfig
-from specfleet.devcluster.pki import create_pki
+from specfleet_workshop.devcluster.config import render_kubeconfig
+from specfleet_workshop.devcluster.pki import create_pki
 
 pytestmark = pytest.mark.xdist_group("cli_kubeapi")  # its module-scoped fixture is built once, on one worker
 

@@ -3,7 +3,7 @@
 from typer.testing import CliRunner
 
 from specfleet.cli.main import app
-from specfleet.cli.sim import engine_command, sim_command, vllm_cpu_command
+from specfleet_workshop.cli.sim import engine_command, sim_command, vllm_cpu_command
 
 
 def test_engine_picks_the_command() -> None:

@@ -12,12 +12,20 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from specfleet.chartgen import GENERATED
 from specfleet.cli import app as cli_app
 from specfleet.cli import main, rollouts
-from specfleet.cli.sim import sim_command
+from specfleet_workshop.chartgen import GENERATED
+from specfleet_workshop.cli import commands as workshop_commands
+from specfleet_workshop.cli.sim import sim_command
 
-HEAVY = ("kubernetes", "kopf", "specfleet.api.base", "specfleet.sim", "specfleet.devcluster.cluster", "aiohttp")
+HEAVY = (
+    "kubernetes",
+    "kopf",
+    "specfleet.api.base",
+    "specfleet_workshop.sim",
+    "specfleet_workshop.devcluster.cluster",
+    "aiohttp",
+)
 """Not pydantic itself: typer (0.29) coerces every non-flag parameter through a pydantic TypeAdapter. What costs
 is building specfleet's API models, which all derive from `specfleet.api.base` (`specfleet.api` loads them
 lazily, so its vocabulary is cheap to import)."""
@@ -70,8 +78,8 @@ def test_the_vocabulary_builds_no_api_models() -> None:
 
 
 def test_what_the_cli_repeats_agrees_with_its_source() -> None:
-    assert tuple(GENERATED) == cli_app.CHART_FILE_NAMES
-    assert (sim_command.__doc__ or "").splitlines()[0] == cli_app.SIM_SUMMARY
+    assert tuple(GENERATED) == workshop_commands.CHART_FILE_NAMES
+    assert (sim_command.__doc__ or "").splitlines()[0] == workshop_commands.SIM_SUMMARY
 
 
 def test_sim_hands_its_arguments_and_help_to_the_simulators_command() -> None:

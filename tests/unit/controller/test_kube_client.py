@@ -18,7 +18,7 @@ from kubernetes.dynamic.exceptions import ForbiddenError
 from specfleet import __version__
 from specfleet.controller.kube import Kube, load_config
 from specfleet.controller.metrics import API_REQUESTS
-from specfleet.devcluster.config import render_kubeconfig
+from specfleet_workshop.devcluster.config import render_kubeconfig
 
 
 def test_the_operator_client_sends_its_own_user_agent(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from specfleet.controller.outputs import (
     ready_pod,
     token_ids,
 )
-from specfleet.sim.answers import answer_token_ids
+from specfleet_workshop.sim.answers import answer_token_ids
 
 from speckit import sdep
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.devcluster.binaries import COMPONENTS, PEERS, TOOLS, BinaryError, find_binary, parse_version
-from specfleet.devcluster.build import (
+from specfleet_workshop.devcluster.binaries import COMPONENTS, PEERS, TOOLS, BinaryError, find_binary, parse_version
+from specfleet_workshop.devcluster.build import (
     BuildGroup,
     build_groups,
     kubernetes_ldflags,
@@ -13,7 +13,7 @@ from specfleet.devcluster.build import (
     render_go_mod,
     staging_replaces,
 )
-from specfleet.devcluster.versions import KUBERNETES_VERSION
+from specfleet_workshop.devcluster.versions import KUBERNETES_VERSION
 
 KUBERNETES_GO_MOD = """module k8s.io/kubernetes
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import yaml
 
-from specfleet.devcluster import config
-from specfleet.devcluster.config import Layout, Ports
+from specfleet_workshop.devcluster import config
+from specfleet_workshop.devcluster.config import Layout, Ports
 
 LAYOUT = Layout(Path("/state"))
 PORTS = Ports()

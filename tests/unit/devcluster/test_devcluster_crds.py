@@ -2,7 +2,7 @@
 
 import yaml
 
-from specfleet.devcluster.crds import _not_established, crd_names, is_established
+from specfleet_workshop.devcluster.crds import _not_established, crd_names, is_established
 
 
 def crd(name: str, conditions: object = None, with_status: bool = True) -> dict[str, object]:

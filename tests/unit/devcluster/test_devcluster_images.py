@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.devcluster import images
-from specfleet.devcluster.images import OPERATOR, BaseChoice, ImageError, Storage
+from specfleet_workshop.devcluster import images
+from specfleet_workshop.devcluster.images import OPERATOR, BaseChoice, ImageError, Storage
 
 from repokit import ROOT
 

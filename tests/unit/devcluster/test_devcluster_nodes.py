@@ -2,7 +2,7 @@
 
 import pytest
 
-from specfleet.devcluster.nodes import (
+from specfleet_workshop.devcluster.nodes import (
     DEFAULT_POOL,
     GPU_PRODUCTS,
     GPU_RESOURCE,

@@ -2,9 +2,9 @@
 
 from pathlib import Path
 
-from specfleet.cachedir import cache_root
-from specfleet.devcluster.cli import env_exports
-from specfleet.devcluster.paths import default_state_dir
+from specfleet_workshop.cachedir import cache_root
+from specfleet_workshop.devcluster.cli import env_exports
+from specfleet_workshop.devcluster.paths import default_state_dir
 
 
 def test_cache_prefers_specfleet_cache_then_xdg_then_home() -> None:

@@ -3,7 +3,7 @@
 import subprocess
 from pathlib import Path
 
-from specfleet.devcluster.pki import create_pki, dev_certificates, extension_file
+from specfleet_workshop.devcluster.pki import create_pki, dev_certificates, extension_file
 
 
 def test_apiserver_certificate_covers_loopback_and_the_service_names() -> None:

@@ -6,7 +6,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from specfleet.devcluster import process
+from specfleet_workshop.devcluster import process
 
 
 def test_start_records_and_stop_terminates_the_process(tmp_path: Path) -> None:

@@ -8,10 +8,16 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from specfleet.devcluster import process
-from specfleet.devcluster.cli import status_table
-from specfleet.devcluster.cluster import PROCESSES, ClusterInfo, ClusterStatus, ComponentStatus, unusable_reason
-from specfleet.devcluster.config import Layout, Ports
+from specfleet_workshop.devcluster import process
+from specfleet_workshop.devcluster.cli import status_table
+from specfleet_workshop.devcluster.cluster import (
+    PROCESSES,
+    ClusterInfo,
+    ClusterStatus,
+    ComponentStatus,
+    unusable_reason,
+)
+from specfleet_workshop.devcluster.config import Layout, Ports
 
 
 def restartable_state(tmp_path: Path) -> tuple[Layout, ClusterInfo]:

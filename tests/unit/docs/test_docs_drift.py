@@ -26,7 +26,8 @@ VALUES = CHART / "values.yaml"
 INSTALL = ROOT / "docs" / "install.md"
 
 ALERT = re.compile(r"\bSpecfleet[A-Z][A-Za-z0-9]*\b")
-METRIC = re.compile(r"\bspecfleet_(?!io_)[a-z0-9_]+")  # specfleet_io_* are the pods' target labels
+# Not metrics: specfleet_io_* (the pods' target labels) and specfleet_workshop (the dev tooling's package).
+METRIC = re.compile(r"\bspecfleet_(?!io_|workshop\b)[a-z0-9_]+")
 RELEASE_OBJECT = re.compile(r"`((?:<release>|[a-z0-9][a-z0-9-]*)-(metrics|capacity))`")
 TABLE_ROW = re.compile(r"^\|\s*`([^`]+)`\s*\|", re.MULTILINE)
 INSTALL_COMMAND = re.compile(r"helm install (\S+) charts/specfleet --namespace (\S+)")

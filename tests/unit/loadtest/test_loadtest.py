@@ -12,11 +12,11 @@ import typer
 from typer.testing import CliRunner
 
 from specfleet.cli.app import app
-from specfleet.cli.loadtest import parse_levels, parse_targets
-from specfleet.loadtest import LoadPlan, RequestSample, Target
-from specfleet.loadtest.driving import event_error, excerpt, parse_event, request_body
-from specfleet.loadtest.measurements import per_token_latency, percentile, summarize
-from specfleet.sim import Simulator, load_scenario
+from specfleet_workshop.cli.loadtest import parse_levels, parse_targets
+from specfleet_workshop.loadtest import LoadPlan, RequestSample, Target
+from specfleet_workshop.loadtest.driving import event_error, excerpt, parse_event, request_body
+from specfleet_workshop.loadtest.measurements import per_token_latency, percentile, summarize
+from specfleet_workshop.sim import Simulator, load_scenario
 
 from simkit import GOOD, MI325X_NODE, PLAIN, SCENARIO, vllm_pod
 

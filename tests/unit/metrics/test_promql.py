@@ -2,8 +2,8 @@
 
 from specfleet.metrics import promql
 from specfleet.metrics.alerts import RULES
-from specfleet.sim.engine import Metrics
-from specfleet.sim.exposition import families
+from specfleet_workshop.sim.engine import Metrics
+from specfleet_workshop.sim.exposition import families
 
 SELECTOR = promql.TrackSelector("ns", "llama", "canary", "abc123")
 

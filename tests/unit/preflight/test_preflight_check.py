@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from specfleet.fleetpods.tiny_tokenizers import hub_snapshot, write_tokenizer
 from specfleet.preflight import check
 from specfleet.preflight.__main__ import TERMINATION_LIMIT, main, termination_message
 from specfleet.preflight.check import Memory, MemorySubject, Verdict, Vocabulary, memory_problems, vocabulary_problems
+from specfleet_workshop.fleetpods.tiny_tokenizers import hub_snapshot, write_tokenizer
 
 PREFLIGHT = Path(check.__file__).parent
 GIB = 1024**3

@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from specfleet.fleetpods.loopback import free_port
-from specfleet.realvllm import runner
-from specfleet.realvllm.front import PodFront, pod_route
-from specfleet.realvllm.install import VllmHome
-from specfleet.realvllm.runner import LoadPlan, RealEngine
+from specfleet_workshop.fleetpods.loopback import free_port
+from specfleet_workshop.realvllm import runner
+from specfleet_workshop.realvllm.front import PodFront, pod_route
+from specfleet_workshop.realvllm.install import VllmHome
+from specfleet_workshop.realvllm.runner import LoadPlan, RealEngine
 
 from simkit import example_pod, wait_for
 

@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from specfleet.api.resource import SpeculativeDeployment
-from specfleet.realvllm.models import TinyModel
-from specfleet.realvllm.translate import UntranslatableError, drafter_for, translate
 from specfleet.render.argv import ITL_BUCKETS_FLAG, vllm_argv
+from specfleet_workshop.realvllm.models import TinyModel
+from specfleet_workshop.realvllm.translate import UntranslatableError, drafter_for, translate
 
 from repokit import EXAMPLES
 

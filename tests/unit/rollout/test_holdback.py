@@ -12,7 +12,7 @@ from specfleet.judge import TrackEvidence, measurements, speedup
 from specfleet.render.manifests import deployment, route_rules, service
 from specfleet.render.manifests import revision as revision_of
 from specfleet.rollout import FleetLook
-from specfleet.sim.oracle import Setup, token_latency
+from specfleet_workshop.sim.oracle import Setup, token_latency
 
 import judge_roc
 from rolloutkit import T0, Fleet, healthy_fleet, make_spec, measured, paying

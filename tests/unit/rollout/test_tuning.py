@@ -12,7 +12,7 @@ from specfleet.api.vocabulary import Track
 from specfleet.hardware import MI325X
 from specfleet.render.manifests import revision
 from specfleet.rollout import Decision, FleetLook
-from specfleet.sim import model
+from specfleet_workshop.sim import model
 
 from autotunekit import Engine
 from rolloutkit import T0, Fleet, healthy_fleet, measured

@@ -4,7 +4,7 @@ import socket
 
 import pytest
 
-from specfleet.fleetpods import loopback
+from specfleet_workshop.fleetpods import loopback
 
 
 def _ephemeral() -> range:

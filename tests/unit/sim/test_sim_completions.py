@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from specfleet.loadtest import LoadPlan, Target, run_load_test
 from specfleet.metrics import names
-from specfleet.sim import Simulator, load_scenario, model
-from specfleet.sim.completions import CompletionError, count_prompt_tokens, parse_request
-from specfleet.sim.engine import ClientRequest, Engine
-from specfleet.sim.routes import openai_route
+from specfleet_workshop.loadtest import LoadPlan, Target, run_load_test
+from specfleet_workshop.sim import Simulator, load_scenario, model
+from specfleet_workshop.sim.completions import CompletionError, count_prompt_tokens, parse_request
+from specfleet_workshop.sim.engine import ClientRequest, Engine
+from specfleet_workshop.sim.routes import openai_route
 
 from simkit import BAD, GOOD, MI325X_NODE, PLAIN, SCENARIO, engine, vllm_pod
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from specfleet.judge.equivalence import compare
-from specfleet.sim import Simulator, load_scenario
-from specfleet.sim.answers import answer_token_ids, diverges
-from specfleet.sim.scenario import ScenarioError
+from specfleet_workshop.sim import Simulator, load_scenario
+from specfleet_workshop.sim.answers import answer_token_ids, diverges
+from specfleet_workshop.sim.scenario import ScenarioError
 
 from simkit import BAD, GOOD, MI325X_NODE, vllm_pod
 
@@ -75,6 +75,6 @@ pairs:
 
 
 def good_key(body: dict[str, Any]) -> str:
-    from specfleet.sim.completions import parse_request
+    from specfleet_workshop.sim.completions import parse_request
 
     return parse_request(json.dumps(body).encode()).prompt_key

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from specfleet.fleetpods.pods import parse_vllm_args
 from specfleet.hardware import MI300X, MI325X
-from specfleet.sim import model
-from specfleet.sim.engine import FINISH_REASONS, TIME_TO_FIRST_TOKEN_BUCKETS, Histogram, Metrics, configure
-from specfleet.sim.scenario import load_scenario, resolve
+from specfleet_workshop.fleetpods.pods import parse_vllm_args
+from specfleet_workshop.sim import model
+from specfleet_workshop.sim.engine import FINISH_REASONS, TIME_TO_FIRST_TOKEN_BUCKETS, Histogram, Metrics, configure
+from specfleet_workshop.sim.scenario import load_scenario, resolve
 
 from simkit import TARGET, engine
 

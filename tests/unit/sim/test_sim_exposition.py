@@ -6,12 +6,12 @@ import random
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from specfleet.fleetpods.pods import parse_vllm_args
 from specfleet.hardware import MI355X
 from specfleet.metrics import names
-from specfleet.sim.engine import INTER_TOKEN_LATENCY_BUCKETS, Engine, configure
-from specfleet.sim.exposition import exposition
-from specfleet.sim.scenario import load_scenario, resolve
+from specfleet_workshop.fleetpods.pods import parse_vllm_args
+from specfleet_workshop.sim.engine import INTER_TOKEN_LATENCY_BUCKETS, Engine, configure
+from specfleet_workshop.sim.exposition import exposition
+from specfleet_workshop.sim.scenario import load_scenario, resolve
 
 SPEC = json.dumps({"method": "mtp", "num_speculative_tokens": 3})
 SPEC_DECODE = (names.NUM_DRAFTS, names.DRAFT_TOKENS, names.ACCEPTED_TOKENS, names.ACCEPTED_PER_POSITION)

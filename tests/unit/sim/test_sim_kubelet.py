@@ -6,14 +6,14 @@ import time
 from pathlib import Path
 
 from specfleet.api.resource import SpeculativeDeployment
-from specfleet.fleetpods.kubelet import (
+from specfleet.preflight.job import preflight_job
+from specfleet_workshop.fleetpods.kubelet import (
     LOG_TAIL_BYTES,
     PreflightKubelet,
     local_run,
     terminated_status,
     termination_message,
 )
-from specfleet.preflight.job import preflight_job
 
 from bad_specs import BASE, merged
 

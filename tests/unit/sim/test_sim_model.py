@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 
-from specfleet.sim import model
+from specfleet_workshop.sim import model
 
 HW = model.Hardware(hbm_tbps=5.3, tp=1, bandwidth_efficiency=1.0, knee_tokens=200, overhead_seconds=0.0)
 LLAMA_8B = 16e9

@@ -12,9 +12,9 @@ import pytest
 
 from specfleet.hardware import MI300X
 from specfleet.judge import TrackEvidence, measurements
-from specfleet.sim.engine import Engine
-from specfleet.sim.oracle import Setup, best_depth, predict
 from specfleet.stats import Binned
+from specfleet_workshop.sim.engine import Engine
+from specfleet_workshop.sim.oracle import Setup, best_depth, predict
 
 WARMUP = 60.0
 SECONDS = 400.0

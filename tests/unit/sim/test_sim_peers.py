@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from specfleet.api.vocabulary import LABEL_NAME
-from specfleet.fleetpods.pods import runs_vllm
-from specfleet.fleetpods.watch import KubePodSource
 from specfleet.hardware import PRODUCT_NAME_LABEL
 from specfleet.metrics import names
-from specfleet.sim import Simulator
-from specfleet.sim.scenario import load_scenario
+from specfleet_workshop.fleetpods.pods import runs_vllm
+from specfleet_workshop.fleetpods.watch import KubePodSource
+from specfleet_workshop.sim import Simulator
+from specfleet_workshop.sim.scenario import load_scenario
 
 MI300X_NODE = {PRODUCT_NAME_LABEL: "AMD_Instinct_MI300X_OAM"}
 EAGLE3 = json.dumps({"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 4})

@@ -8,16 +8,16 @@ import pytest
 import yaml
 
 from specfleet.api.resource import SpeculativeDeployment
-from specfleet.fleetpods.pods import (
+from specfleet.render.argv import FINE_ITL_BUCKETS
+from specfleet.render.buckets import VLLM_BUCKET_FAMILIES
+from specfleet.render.manifests import Track, deployment, revision
+from specfleet_workshop.fleetpods.pods import (
     PodArgsError,
     parse_histogram_buckets,
     parse_pod,
     parse_speculative_config,
     parse_vllm_args,
 )
-from specfleet.render.argv import FINE_ITL_BUCKETS
-from specfleet.render.buckets import VLLM_BUCKET_FAMILIES
-from specfleet.render.manifests import Track, deployment, revision
 
 from repokit import EXAMPLES
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from specfleet.fleetpods.pods import PodIdentity
-from specfleet.sim.scenario import ScenarioError, dump_scenario, load_scenario, resolve, scrape_fault
+from specfleet_workshop.fleetpods.pods import PodIdentity
+from specfleet_workshop.sim.scenario import ScenarioError, dump_scenario, load_scenario, resolve, scrape_fault
 
 from repokit import EXAMPLES
 

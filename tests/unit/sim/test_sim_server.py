@@ -12,11 +12,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from specfleet.cli.main import app
-from specfleet.fleetpods.loopback import ListenError, parse_listen
 from specfleet.metrics import names
 from specfleet.render.manifests import Track
-from specfleet.sim import Simulator, model
-from specfleet.sim.scenario import load_scenario
+from specfleet_workshop.fleetpods.loopback import ListenError, parse_listen
+from specfleet_workshop.sim import Simulator, model
+from specfleet_workshop.sim.scenario import load_scenario
 
 from simkit import MI325X_NODE, example_pod, wait_for
 

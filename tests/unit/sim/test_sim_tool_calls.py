@@ -6,13 +6,13 @@ import random
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from specfleet.fleetpods.pods import parse_vllm_args
 from specfleet.hardware import MI325X
 from specfleet.metrics import names
-from specfleet.sim import ScenarioError, load_scenario
-from specfleet.sim.engine import Engine, configure
-from specfleet.sim.exposition import TOOL_CALLS, TOOL_CALLS_PARSED, exposition
-from specfleet.sim.scenario import resolve
+from specfleet_workshop.fleetpods.pods import parse_vllm_args
+from specfleet_workshop.sim import ScenarioError, load_scenario
+from specfleet_workshop.sim.engine import Engine, configure
+from specfleet_workshop.sim.exposition import TOOL_CALLS, TOOL_CALLS_PARSED, exposition
+from specfleet_workshop.sim.scenario import resolve
 
 EAGLE = ["meta-llama/Llama-3.1-8B-Instruct", "--speculative-config"]
 GOOD = '{"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "num_speculative_tokens": 4}'
