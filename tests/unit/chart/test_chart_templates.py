@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from specfleet import chartgen
+from specfleet.metrics import alerts
 
 from repokit import ROOT
 
@@ -361,6 +362,8 @@ def test_service_monitor_keeps_the_fleet_namespace_label(helm: Path) -> None:
     manifests = render(helm, "--set", "monitoring.force=true")
     endpoint = only(manifests, "ServiceMonitor")["spec"]["endpoints"][0]
     assert endpoint["port"] == "metrics" and endpoint["honorLabels"] is True
+    label, value = alerts.OPERATOR_TARGET  # what SpecfleetOperatorDown selects the operator's `up` series by
+    assert endpoint["relabelings"] == [{"targetLabel": label, "replacement": value}]
     service = only(manifests, "Service")
     assert service["spec"]["ports"][0]["name"] == "metrics"
     assert "--metrics-port=8081" in container(manifests)["args"]
