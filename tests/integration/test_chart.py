@@ -82,6 +82,10 @@ class Cluster:
         self.info = info
 
     def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """An install or upgrade leaves the CRD to `specfleet dev up` (`crds.install=false`) unless `args` say
+        otherwise: the CRD is cluster-wide and releases of parallel tests would each claim it."""
+        if args and args[0] in ("install", "upgrade") and not any("crds.install" in arg for arg in args):
+            args = (*args, "--set", "crds.install=false")
         return run([str(self.info.helm), "--kubeconfig", str(self.info.kubeconfig), *args], check=check)
 
     def kubectl(
