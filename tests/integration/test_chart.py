@@ -27,6 +27,7 @@ import yaml
 from specfleet import chartgen
 from specfleet.devcluster.cluster import ClusterInfo
 from specfleet.devcluster.crds import apply_crds
+from specfleet.devcluster.versions import KUBERNETES_VERSION
 
 from fleetkit import Fleet, healthy, schemaless_crd, sdep, wait_for
 from speckit import FULL_TEMPLATE
@@ -86,6 +87,8 @@ class Cluster:
         otherwise: the CRD is cluster-wide and releases of parallel tests would each claim it."""
         if args and args[0] in ("install", "upgrade") and not any("crds.install" in arg for arg in args):
             args = (*args, "--set", "crds.install=false")
+        if args and args[0] == "template":  # the pinned helm's own default is Kubernetes 1.20 (tests/unit/repokit.py)
+            args = (*args, "--kube-version", KUBERNETES_VERSION)
         return run([str(self.info.helm), "--kubeconfig", str(self.info.kubeconfig), *args], check=check)
 
     def kubectl(

@@ -27,6 +27,7 @@ from specfleet.cachedir import cache_root
 from specfleet.devcluster import images
 from specfleet.devcluster.cluster import ClusterInfo
 from specfleet.devcluster.images import OPERATOR, BaseChoice, Built, ImageBuilder, ImageError
+from specfleet.devcluster.versions import KUBERNETES_VERSION
 from specfleet.fleetpods.tiny_tokenizers import hub_snapshot, write_tokenizer
 from specfleet.preflight.job import preflight_job
 from specfleet.realvllm import install
@@ -103,7 +104,8 @@ def test_the_runtime_image_has_no_pip_no_compiler_and_not_the_build_ca(
 def rendered_deployment(dev_cluster: ClusterInfo, image: str, *values: str) -> dict[str, Any]:
     repository, tag = image.rsplit(":", 1)
     rendered = subprocess.run(
-        [str(dev_cluster.helm), "template", "sf", str(CHART), "--set", f"image.repository={repository}",
+        [str(dev_cluster.helm), "template", "sf", str(CHART), "--kube-version", KUBERNETES_VERSION,
+         "--set", f"image.repository={repository}",
          "--set", f"image.tag={tag}", *values],
         capture_output=True, text=True, check=True, timeout=60,
     ).stdout  # fmt: skip
