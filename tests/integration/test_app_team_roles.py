@@ -44,7 +44,9 @@ def app_teams(dev_cluster: ClusterInfo, crd_installed: None, fleet: Fleet) -> It
     share the cluster), and a ServiceAccount `<role>-user` bound to each built-in role here; the release name."""
     release = f"roles-{fleet.namespace.removeprefix('test-')}"
     helm = [str(dev_cluster.helm), "--kubeconfig", str(dev_cluster.kubeconfig), "-n", fleet.namespace]
+    # crds.install=false: the CRD is cluster-wide, applied by the dev cluster's fixtures, not by a test's release
     install = [*helm, "install", release, str(CHART), "--set", f"watchNamespaces={{{fleet.namespace}}}"]
+    install += ["--set", "crds.install=false"]
     installed = subprocess.run(install, capture_output=True, text=True, timeout=180, check=False)
     assert installed.returncode == 0, installed.stderr
     for role in ROLES:

@@ -27,6 +27,7 @@ import yaml
 from specfleet_workshop import chartgen
 from specfleet_workshop.devcluster.cluster import ClusterInfo
 from specfleet_workshop.devcluster.crds import apply_crds
+from specfleet_workshop.devcluster.versions import KUBERNETES_VERSION
 
 from fleetkit import Fleet, healthy, schemaless_crd, sdep, wait_for
 from speckit import FULL_TEMPLATE
@@ -83,6 +84,12 @@ class Cluster:
         self.info = info
 
     def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """An install or upgrade leaves the CRD to `specfleet dev up` (`crds.install=false`) unless `args` say
+        otherwise: the CRD is cluster-wide and releases of parallel tests would each claim it."""
+        if args and args[0] in ("install", "upgrade") and not any("crds.install" in arg for arg in args):
+            args = (*args, "--set", "crds.install=false")
+        if args and args[0] == "template":  # the pinned helm's own default is Kubernetes 1.20 (tests/unit/repokit.py)
+            args = (*args, "--kube-version", KUBERNETES_VERSION)
         return run([str(self.info.helm), "--kubeconfig", str(self.info.kubeconfig), *args], check=check)
 
     def kubectl(

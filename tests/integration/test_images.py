@@ -30,6 +30,7 @@ from specfleet_workshop.cachedir import cache_root
 from specfleet_workshop.devcluster import images
 from specfleet_workshop.devcluster.cluster import ClusterInfo
 from specfleet_workshop.devcluster.images import OPERATOR, BaseChoice, Built, ImageBuilder, ImageError
+from specfleet_workshop.devcluster.versions import KUBERNETES_VERSION
 from specfleet_workshop.fleetpods.tiny_tokenizers import hub_snapshot, write_tokenizer
 from specfleet_workshop.realvllm import install
 from specfleet_workshop.realvllm.translate import translate
@@ -121,7 +122,8 @@ def test_the_operator_image_holds_the_runtime_distribution_only(builder: ImageBu
 def rendered_deployment(dev_cluster: ClusterInfo, image: str, *values: str) -> dict[str, Any]:
     repository, tag = image.rsplit(":", 1)
     rendered = subprocess.run(
-        [str(dev_cluster.helm), "template", "sf", str(CHART), "--set", f"image.repository={repository}",
+        [str(dev_cluster.helm), "template", "sf", str(CHART), "--kube-version", KUBERNETES_VERSION,
+         "--set", f"image.repository={repository}",
          "--set", f"image.tag={tag}", *values],
         capture_output=True, text=True, check=True, timeout=60,
     ).stdout  # fmt: skip

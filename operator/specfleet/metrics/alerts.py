@@ -8,6 +8,12 @@ ACCEPTANCE_FLOOR = 0.60
 """Seed 002: below 60% accepted, speculation rarely pays for its drafter."""
 CUSTOM_GUARDRAILS = 'guardrail=~"custom:.+"'
 """The operator's `specfleet_guardrail*` series of user-defined guardrails (`rollout.guardrails.custom`)."""
+OPERATOR_TARGET = ("specfleet_io_component", "operator")
+"""The target label the chart's ServiceMonitor puts on the operator's scrape targets (and so on their `up`
+series), whatever the release is called: how SpecfleetOperatorDown finds them."""
+STUCK_FOR = "2h"
+"""How long a fleet may stay Pending or Progressing before SpecfleetFleetStuck fires: past any default rollout
+(its steps' pauses plus analyses) and the default 30m progress deadline of each step."""
 
 
 def _by_track(metric: str, extra: str = "") -> str:
@@ -28,7 +34,73 @@ def _custom_verdict(verdict: str) -> str:
     return f"max by ({names.NAMESPACE}, {names.SDEP}, guardrail) ({series}) == 1"
 
 
+def _in_phase(phases: str) -> str:
+    """A fleet in one of `phases` (a regex); `max`: every operator replica exports the phase."""
+    return f'max by ({names.NAMESPACE}, {names.SDEP}, phase) (specfleet_rollout_phase{{phase=~"{phases}"}}) == 1'
+
+
+_OPERATOR_UP = f'up{{{OPERATOR_TARGET[0]}="{OPERATOR_TARGET[1]}"}}'
+
 RULES: list[dict[str, object]] = [
+    {
+        "alert": "SpecfleetCanaryRolledBack",
+        "expr": _in_phase("RolledBack|Aborted"),
+        "for": "0m",
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": "A fleet's canary was rolled back or aborted",
+            "description": "{{ $labels.namespace }}/{{ $labels.specfleet_io_name }} is {{ $labels.phase }}: its last "
+            "canary was stopped and stable serves. kubectl specfleet status shows the judge's reasons; the alert "
+            "resolves once the spec changes or kubectl specfleet retry starts a new canary.",
+        },
+    },
+    {
+        "alert": "SpecfleetFleetDegraded",
+        "expr": _in_phase("Degraded"),
+        "for": "5m",
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": "A fleet is Degraded: a promotion overran its progress deadline, or its spec is invalid",
+            "description": "{{ $labels.namespace }}/{{ $labels.specfleet_io_name }} has been Degraded for 5 minutes: "
+            "its promotion overran rollout.progressDeadline (the canary keeps serving) or its spec cannot be "
+            "rendered (condition SpecValid says why).",
+        },
+    },
+    {
+        "alert": "SpecfleetFleetStuck",
+        "expr": _in_phase("Pending|Progressing"),
+        "for": STUCK_FOR,
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": f"A fleet has been Pending or Progressing for {STUCK_FOR}",
+            "description": "{{ $labels.namespace }}/{{ $labels.specfleet_io_name }} has been {{ $labels.phase }} "
+            f"for {STUCK_FOR}: no replica Ready, or a rollout that neither finishes nor fails. The Progressing "
+            "condition's reason says what it waits for (kubectl specfleet status).",
+        },
+    },
+    {
+        "alert": "SpecfleetReconcileErrors",
+        "expr": 'sum by (namespace, pod) (rate(specfleet_reconciles_total{result="error"}[5m])) > 0',
+        "for": "15m",
+        "labels": {"severity": "warning"},
+        "annotations": {
+            "summary": "The operator has failed reconciles for 15 minutes",
+            "description": "{{ $labels.namespace }}/{{ $labels.pod }} failed {{ $value | humanize }} reconciles per "
+            "second over the last 5 minutes, for 15 minutes: its log says which fleets and why (RBAC, the API "
+            "server, an invalid object).",
+        },
+    },
+    {
+        "alert": "SpecfleetOperatorDown",
+        "expr": f"absent({_OPERATOR_UP} == 1)",
+        "for": "5m",
+        "labels": {"severity": "critical"},
+        "annotations": {
+            "summary": "No specfleet operator answers Prometheus' scrapes",
+            "description": "For 5 minutes no target of the operator's ServiceMonitor was up: no replica runs or is "
+            "Ready, or Prometheus cannot reach it. Rollouts in progress neither advance nor roll back meanwhile.",
+        },
+    },
     {
         "alert": "SpecfleetSpeculationNotPaying",
         "expr": "specfleet_speculation_paying == 0",

@@ -6,11 +6,11 @@ from typing import Any
 
 import yaml
 
-from repokit import ROOT
+from repokit import KUBE, ROOT
 
 
 def config_map_rules(helm: Path, *args: str) -> list[dict[str, Any]]:
-    command = [str(helm), "template", "sf", str(ROOT / "charts" / "specfleet"), "--namespace", "ops", *args]
+    command = [str(helm), "template", "sf", str(ROOT / "charts" / "specfleet"), "--namespace", "ops", *KUBE, *args]
     result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stderr
     roles = [d for d in yaml.safe_load_all(result.stdout) if d and d["kind"] in ("ClusterRole", "Role")]

@@ -10,7 +10,7 @@ import yaml
 
 from specfleet.render.policy import TemplatePolicy, admission_validations
 
-from repokit import ROOT
+from repokit import KUBE, ROOT
 
 CHART = ROOT / "charts" / "specfleet"
 VAP_API = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"
@@ -18,7 +18,7 @@ VAP_API = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"
 
 def rendered(helm: Path, *args: str) -> list[dict[str, Any]]:
     result = subprocess.run(
-        [str(helm), "template", "sf", str(CHART), "--namespace", "ops", *args],
+        [str(helm), "template", "sf", str(CHART), "--namespace", "ops", *KUBE, *args],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -77,7 +77,7 @@ def test_with_watched_namespaces_the_binding_covers_only_them(helm: Path) -> Non
 
 def test_an_unknown_level_is_refused_naming_the_value(helm: Path) -> None:
     result = subprocess.run(
-        [str(helm), "template", "sf", str(CHART), "--set", "templatePolicy=lenient"],
+        [str(helm), "template", "sf", str(CHART), *KUBE, "--set", "templatePolicy=lenient"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert result.returncode != 0 and "templatePolicy" in result.stderr

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 import yaml
 
+from specfleet.metrics import alerts
 from specfleet_workshop import chartgen
 
-from repokit import ROOT
+from repokit import KUBE, ROOT
 
 pytestmark = pytest.mark.xdist_group("chart_templates")  # its module-scoped fixture is built once, on one worker
 
@@ -51,7 +52,7 @@ def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def render(helm: Path, *args: str) -> list[Manifest]:
-    result = run_helm(helm, "template", "sf", str(CHART), "--namespace", "ops", *args)
+    result = run_helm(helm, "template", "sf", str(CHART), "--namespace", "ops", *KUBE, *args)
     assert result.returncode == 0, result.stderr
     return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
 
@@ -89,11 +90,6 @@ def test_lint_strict_passes_with_defaults_and_with_everything_on(helm: Path) -> 
     for extra in ([], everything):
         result = run_helm(helm, "lint", "--strict", str(CHART), *extra)
         assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_the_chart_crd_is_the_generated_crd() -> None:
-    chart_crd = CHART / "crds" / "specfleet.io_speculativedeployments.yaml"
-    assert chart_crd.read_bytes() == (ROOT / "crds" / "specfleet.io_speculativedeployments.yaml").read_bytes()
 
 
 def test_the_operator_pod_is_locked_down(helm: Path) -> None:
@@ -361,6 +357,8 @@ def test_service_monitor_keeps_the_fleet_namespace_label(helm: Path) -> None:
     manifests = render(helm, "--set", "monitoring.force=true")
     endpoint = only(manifests, "ServiceMonitor")["spec"]["endpoints"][0]
     assert endpoint["port"] == "metrics" and endpoint["honorLabels"] is True
+    label, value = alerts.OPERATOR_TARGET  # what SpecfleetOperatorDown selects the operator's `up` series by
+    assert endpoint["relabelings"] == [{"targetLabel": label, "replacement": value}]
     service = only(manifests, "Service")
     assert service["spec"]["ports"][0]["name"] == "metrics"
     assert "--metrics-port=8081" in container(manifests)["args"]
@@ -389,7 +387,7 @@ def test_prometheus_rule_and_dashboard_are_the_generated_ones(helm: Path) -> Non
     ],
 )
 def test_the_schema_rejects_bad_values_naming_the_key(helm: Path, values: list[str], message: str) -> None:
-    result = run_helm(helm, "template", "sf", str(CHART), *values)
+    result = run_helm(helm, "template", "sf", str(CHART), *KUBE, *values)
     assert result.returncode != 0
     assert "values don't meet the specifications of the schema" in result.stderr
     assert message in result.stderr
@@ -411,3 +409,78 @@ def test_every_value_in_values_yaml_is_in_the_schema() -> None:
         return found
 
     assert missing(values, schema, "") == []
+
+
+def test_the_crd_is_a_template_kept_on_uninstall_unless_switched_off(helm: Path) -> None:
+    generated = yaml.safe_load((ROOT / "crds" / "specfleet.io_speculativedeployments.yaml").read_text())
+    crd = only(render(helm), "CustomResourceDefinition")
+    assert crd["metadata"].pop("annotations") == {"helm.sh/resource-policy": "keep"}
+    assert crd == generated  # the same CRD kubectl users apply from crds/
+    loose = only(
+        render(helm, "--set", "crds.keep=false", "--set", "crds.annotations.team=ml"), "CustomResourceDefinition"
+    )
+    assert loose["metadata"]["annotations"] == {"team": "ml"}
+    assert not by_kind(render(helm, "--set", "crds.install=false"), "CustomResourceDefinition")
+
+
+def test_chart_requires_the_kubernetes_the_docs_require(helm: Path) -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["kubeVersion"] == ">=1.28.0-0"
+    assert {"artifacthub.io/crds", "artifacthub.io/links", "artifacthub.io/license"} <= set(chart["annotations"])
+    old = run_helm(helm, "template", "sf", str(CHART), "--kube-version", "1.27.9")
+    assert old.returncode != 0 and "kubeVersion" in old.stderr
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_disruption_budget_spread_and_extras_reach_every_shard(helm: Path, shards: int) -> None:
+    values = ["--set", f"shards={shards}", "--set", "replicaCount=2", "--set", "podDisruptionBudget.enabled=true"]
+    values += ["--set-json", 'extraEnv=[{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}]']
+    values += ["--set-json", 'extraVolumes=[{"name": "ca", "configMap": {"name": "ca"}}]']
+    values += ["--set-json", 'extraVolumeMounts=[{"name": "ca", "mountPath": "/etc/ca"}]']
+    values += [
+        "--set-json",
+        'topologySpreadConstraints=[{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}]',
+    ]
+    values += [
+        "--set-json",
+        'extraObjects=[{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "{{ .Release.Name }}-extra"}}]',
+    ]
+    manifests = render(helm, *values)
+    budgets = by_kind(manifests, "PodDisruptionBudget")
+    deployments = by_kind(manifests, "Deployment")
+    assert len(budgets) == len(deployments) == shards
+    for budget, deployment in zip(budgets, deployments, strict=True):
+        pod = deployment["spec"]["template"]
+        assert budget["spec"] == {"minAvailable": 1, "selector": deployment["spec"]["selector"]}
+        spread = pod["spec"]["topologySpreadConstraints"]
+        assert spread == [
+            {
+                "maxSkew": 1,
+                "topologyKey": "zone",
+                "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": deployment["spec"]["selector"],
+            }
+        ]
+        operator = pod["spec"]["containers"][0]
+        assert operator["env"] == [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}]
+        assert {"name": "ca", "mountPath": "/etc/ca"} in operator["volumeMounts"]
+        assert {"name": "ca", "configMap": {"name": "ca"}} in pod["spec"]["volumes"]
+    assert [m["metadata"]["name"] for m in by_kind(manifests, "ConfigMap")] == ["sf-extra"]
+    assert not by_kind(render(helm), "PodDisruptionBudget")
+
+
+def test_helm_test_pod_asks_the_metrics_service_and_is_pod_security_restricted(helm: Path) -> None:
+    manifests = render(helm)
+    pod = only(manifests, "Pod")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    service = only(manifests, "Service")["metadata"]["name"]
+    (check,) = pod["spec"]["containers"]
+    assert check["env"] == [{"name": "URL", "value": f"http://{service}.ops.svc:8081/metrics"}]
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert pod["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert check["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert not by_kind(render(helm, "--set", "metrics.enabled=false"), "Pod")

@@ -18,7 +18,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from specfleet.controller import handlers  # noqa: F401  (imports every metric the operator's process registers)
 from specfleet.controller.metrics import FleetCollector
 
-from repokit import ROOT
+from repokit import KUBE, ROOT
 
 CHART = ROOT / "charts" / "specfleet"
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -64,7 +64,7 @@ def _render(helm: Path, release: str, namespace: str) -> list[dict[str, Any]]:
     """The chart with every optional object on: the PrometheusRule and the capacity ClusterRole."""
     everything = ("--set", "monitoring.force=true", "--set", "watchNamespaces={team-a}", "--set", "capacityCheck=true")
     result = subprocess.run(
-        [str(helm), "template", release, str(CHART), "--namespace", namespace, *everything],
+        [str(helm), "template", release, str(CHART), "--namespace", namespace, *KUBE, *everything],
         capture_output=True,
         text=True,
         timeout=60,

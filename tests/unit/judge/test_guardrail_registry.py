@@ -106,7 +106,7 @@ def test_where_a_change_goes_names_the_files_a_guardrail_touches() -> None:
         "operator/specfleet/judge/guardrails/__init__.py",
         "operator/specfleet/api/spec.py",
         "crds/specfleet.io_speculativedeployments.yaml",
-        "charts/specfleet/crds/specfleet.io_speculativedeployments.yaml",
+        "charts/specfleet/templates/crds/specfleet.io_speculativedeployments.yaml",
         "docs/reference.md",
         str(view.GUARDRAILS_FILE.relative_to(ROOT)),
         "docs/judge.md",
