@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_chart import CHART, Cluster
 
 from specfleet_workshop import chartgen
 from specfleet_workshop.devcluster.cluster import ClusterInfo
 from specfleet_workshop.devcluster.crds import apply_crds
+
+from chartkit import CHART, Cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("chart_crd")]
 

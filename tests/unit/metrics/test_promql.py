@@ -64,6 +64,11 @@ def test_alert_rules_are_well_formed() -> None:
         "SpecfleetCanaryTokenLatencyWorseThanStable",
         "SpecfleetCustomGuardrailFailing",
         "SpecfleetCustomGuardrailUndecided",
+        "SpecfleetCanaryRolledBack",
+        "SpecfleetFleetDegraded",
+        "SpecfleetFleetStuck",
+        "SpecfleetReconcileErrors",
+        "SpecfleetOperatorDown",
     }
     alpha = next(r for r in RULES if r["alert"] == "SpecfleetLowAcceptanceAlpha")
     assert alpha["for"] == "5m" and '{position="0"}' in str(alpha["expr"]) and "< 0.6" in str(alpha["expr"])

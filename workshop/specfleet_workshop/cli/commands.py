@@ -9,7 +9,12 @@ from specfleet.console import make_console
 
 stderr = make_console(stderr=True)
 
-CHART_FILE_NAMES = ("files/prometheus-rules.yaml", "files/grafana-dashboard.json", "files/template-policy.yaml")
+CHART_FILE_NAMES = (
+    "files/prometheus-rules.yaml",
+    "files/grafana-dashboard.json",
+    "files/template-policy.yaml",
+    "templates/crds/specfleet.io_speculativedeployments.yaml",
+)
 """The keys of `specfleet_workshop.chartgen.GENERATED`, for the help text without importing the generators (a
 unit test checks that both agree)."""
 
@@ -51,7 +56,7 @@ def add_chart_file(app: typer.Typer) -> None:
     @app.command(name="chart-file")
     def chart_file(name: Annotated[str, typer.Argument(help=f"One of: {', '.join(CHART_FILE_NAMES)}.")]) -> None:
         """Print a Helm chart file generated from the Python sources (alert rules, Grafana dashboard, template
-        policy)."""
+        policy, the CRD template)."""
         from specfleet_workshop.chartgen import GENERATED as CHART_FILES
 
         if name not in CHART_FILES:
