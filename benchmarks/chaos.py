@@ -422,6 +422,24 @@ def fault_gap_factor(parallel: int, live: int) -> float:
     return parallel / min(parallel, max(1, live))
 
 
+def undoing(undo: Callable[[], None], errors: list[str], tries: int = 30, pause: float = 2.0) -> Callable[[], None]:
+    """`undo`, tried again until it succeeds (an overloaded simulator or API server times out): a fault whose end
+    failed once would otherwise stay in force for the rest of the run (scrapes broken for good); one that never
+    ends is reported in `errors`."""
+
+    def attempt() -> None:
+        for n in range(tries):
+            try:
+                undo()
+                return
+            except Exception as error:  # any failure of the undo is retried, then reported
+                if n == tries - 1:
+                    errors.append(f"a fault could not be ended: {error!r}")
+                time.sleep(pause)
+
+    return attempt
+
+
 class Injector:
     """Strikes one random fault every `every` seconds on average until stopped; records what it did."""
 
@@ -603,7 +621,7 @@ class Injector:
         return f"{glob} answering {answer} for {seconds:.0f} s"
 
     def _later(self, seconds: float, undo: Callable[[], None]) -> None:
-        timer = threading.Timer(seconds, undo)
+        timer = threading.Timer(seconds, undoing(undo, self.errors))
         self.undo.append(timer)
         timer.start()
 
@@ -815,7 +833,7 @@ def drive(args: argparse.Namespace, canaries: list[Canary], custom: Any, core: A
                                                                               c.name)  # fmt: skip
                 except API_TROUBLE:
                     continue
-                c.violations = check_invariants(c, obj, deployments, services, routed or None)
+                c.violations += check_invariants(c, obj, deployments, services, routed or None)
                 with contextlib.suppress(*API_TROUBLE):
                     custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, c.name)
                     if c.routed:
