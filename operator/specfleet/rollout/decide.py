@@ -15,11 +15,10 @@ from specfleet.render.manifests import canary_replicas, revision
 from specfleet.rollout.canary import PAUSED, progress_canary, start_canary, step_replicas
 from specfleet.rollout.columns import with_columns
 from specfleet.rollout.experiment import run_experiment, slice_replicas
-from specfleet.rollout.health import with_health
+from specfleet.rollout.health import with_rollout_conditions
 from specfleet.rollout.holdback import holdback_target, holdback_weight, keep_holdback
 from specfleet.rollout.lifecycle import drain, retire_canary, step_anew
 from specfleet.rollout.moves import Budget, TrackPods, budget, move
-from specfleet.rollout.rolled_out import rolled_out
 from specfleet.rollout.state import Decided, Pass
 from specfleet.rollout.tuning import look_at_fleet, tuned_revision
 from specfleet.rollout.types import NO_PROMETHEUS, NO_PROMETHEUS_REASON, Decision, Observation, TrackTarget, live_canary
@@ -45,7 +44,7 @@ def decide(spec: SpeculativeDeploymentSpec, status: SpeculativeDeploymentStatus,
         p = run_experiment(p, desired)
     else:
         p = progress_canary(start_canary(p, desired) if p.status.canary_revision != desired else p)
-    return _finish(with_health(rolled_out(_drop_stale_commands(keep_holdback(drain(p))))))
+    return _finish(with_rollout_conditions(_drop_stale_commands(keep_holdback(drain(p)))))
 
 
 def _guarded_condition(p: Pass) -> Pass:
@@ -156,7 +155,7 @@ def _invalid_spec(p: Pass) -> Decision:
         c.type == ConditionType.SPEC_VALID and c.status == "False" and c.message == message for c in p.status.conditions
     )
     p = p.with_condition(ConditionType.SPEC_VALID, False, "InvalidSpec", message).with_status(phase=Phase.DEGRADED)
-    p = with_health(rolled_out(p))
+    p = with_rollout_conditions(p)
     if not already_said:
         p = p.with_event("InvalidSpec", message, warning=True)
     p = _with_replica_counts(p.but(canary_traffic=p.status.canary_weight > 0))

@@ -8,20 +8,24 @@ a stalled fleet must read as failed. `Ready` is True only when the rollout of th
 the pass leaves; each carries the pass's generation.
 """
 
-from specfleet.api.rollout_result import Ending, rollout_result
+from specfleet.api.rollout_result import Ending, RolloutResult
 from specfleet.api.vocabulary import ConditionType
 from specfleet.rollout.canary import NO_ROOM
-from specfleet.rollout.rolled_out import JUDGED_FIELDS
+from specfleet.rollout.rolled_out import MAX_MESSAGE, judged_rollout, rolled_out
 from specfleet.rollout.state import Pass
 
-MAX_MESSAGE = 32768
 STALLED_PROGRESS = (NO_ROOM, "ProgressDeadlineExceeded")
 """Progressing reasons of a fleet that will not move on by itself: canary pods the nodes have no room for, a
 promotion past its deadline."""
 
 
-def with_health(p: Pass) -> Pass:
-    result = rollout_result(p.status.model_dump(mode="json", include=JUDGED_FIELDS), p.obs.generation)
+def with_rollout_conditions(p: Pass) -> Pass:
+    """`RolledOut`, `Ready`, `Reconciling` and `Stalled` from one judgement of the status the pass leaves."""
+    result = judged_rollout(p)
+    return with_health(rolled_out(p, result), result)
+
+
+def with_health(p: Pass, result: RolloutResult) -> Pass:
     message = result.message[:MAX_MESSAGE]
     p = p.with_condition(ConditionType.READY, result.ending is Ending.SUCCEEDED, result.reason.value, message)
     progressing = next((c for c in p.status.conditions if c.type == ConditionType.PROGRESSING), None)

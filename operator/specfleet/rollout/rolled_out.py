@@ -7,7 +7,7 @@ goes on. Its `observedGeneration` is the pass's, so `kubectl wait` never takes i
 
 from pydantic.main import IncEx
 
-from specfleet.api.rollout_result import Ending, rollout_result
+from specfleet.api.rollout_result import Ending, RolloutResult, rollout_result
 from specfleet.api.vocabulary import ConditionType
 from specfleet.rollout.state import Pass
 
@@ -23,7 +23,16 @@ JUDGED_FIELDS: dict[str, IncEx | bool] = {
 """The part of the status `rollout_result` reads (the rest is not serialized for it)."""
 
 
-def rolled_out(p: Pass) -> Pass:
-    result = rollout_result(p.status.model_dump(mode="json", include=JUDGED_FIELDS), p.obs.generation)
+MAX_MESSAGE = 32768
+"""The longest condition message written (the API server's own limit)."""
+
+
+def judged_rollout(p: Pass) -> RolloutResult:
+    """The end of the rollout as the status the pass leaves shows it; `RolledOut` and the health conditions
+    all read this one judgement."""
+    return rollout_result(p.status.model_dump(mode="json", include=JUDGED_FIELDS), p.obs.generation)
+
+
+def rolled_out(p: Pass, result: RolloutResult) -> Pass:
     ok = {Ending.SUCCEEDED: True, Ending.FAILED: False, Ending.PENDING: None}[result.ending]
-    return p.with_condition(ConditionType.ROLLED_OUT, ok, result.reason.value, result.message[:32768])
+    return p.with_condition(ConditionType.ROLLED_OUT, ok, result.reason.value, result.message[:MAX_MESSAGE])
