@@ -4,7 +4,15 @@ from pathlib import Path
 
 import pytest
 
-from specfleet_workshop.devcluster.binaries import COMPONENTS, PEERS, TOOLS, BinaryError, find_binary, parse_version
+from specfleet_workshop.devcluster.binaries import (
+    COMPONENTS,
+    PEERS,
+    RELEASE_TOOLS,
+    TOOLS,
+    BinaryError,
+    find_binary,
+    parse_version,
+)
 from specfleet_workshop.devcluster.build import (
     BuildGroup,
     build_groups,
@@ -67,7 +75,14 @@ def test_the_peers_are_built_only_on_request_with_their_crds() -> None:
     groups = build_groups("now")
     assert groups["argo-rollouts"].copy_replaces and groups["flagger"].extra_files == ("artifacts/flagger/crd.yaml",)
     assert "manifests/crds/rollout-crd.yaml" in groups["argo-rollouts"].extra_files
-    assert set(PEERS).isdisjoint(TOOLS) and set(PEERS) | set(TOOLS) == set(COMPONENTS)
+    assert set(PEERS).isdisjoint(TOOLS) and set(PEERS) | set(TOOLS) | set(RELEASE_TOOLS) == set(COMPONENTS)
+
+
+def test_the_registry_is_built_beside_the_cluster_not_for_it_with_its_version_linked_in() -> None:
+    group = build_groups("now")["distribution"]
+    assert group.packages == {"registry": "github.com/distribution/distribution/v3/cmd/registry"}
+    assert group.ldflags == (f"-X github.com/distribution/distribution/v3/version.version={group.version}",)
+    assert "registry" not in TOOLS and COMPONENTS["registry"].version == group.version
 
 
 def test_go_mod_requires_the_pinned_module_and_lists_replaces() -> None:
@@ -104,6 +119,7 @@ def test_the_four_kubernetes_binaries_share_one_build() -> None:
         ("etcd Version: 3.6.16\nGit SHA: abc\n", r"etcd Version: (\S+)", "v3.6.16"),
         ("Kubernetes v1.37.2\n", r"Kubernetes (v\S+)", "v1.37.2"),
         ("Client Version: v1.32.0\nKustomize Version: v5\n", r"Client Version: (\S+)", "v1.32.0"),
+        ("registry github.com/distribution/distribution/v3 v3.1.2\n", COMPONENTS["registry"].version_pattern, "v3.1.2"),
         ("nothing here", r"Kubernetes (v\S+)", None),
     ],
 )

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from specfleet_workshop.devcluster.versions import (
     ARGO_ROLLOUTS_VERSION,
+    DISTRIBUTION_VERSION,
     ETCD_VERSION,
     FLAGGER_VERSION,
     HELM_VERSION,
@@ -68,14 +69,17 @@ COMPONENTS: Mapping[str, Component] = {
         Component("helm", HELM_VERSION, "helm", ("version", "--short"), r"(v\d+\.\d+\.\d+)"),
         Component("rollouts-controller", ARGO_ROLLOUTS_VERSION, "argo-rollouts", ("--version",), r"(v\d+\.\d+\.\d+)"),
         Component("flagger", FLAGGER_VERSION, "flagger", ("-version",), r"Flagger version (\S+)"),
+        Component("registry", DISTRIBUTION_VERSION, "distribution", ("--version",), r"^registry \S+ (v\S+)"),
     )
 }
 """Every pinned program, by binary name."""
 
 PEERS = ("rollouts-controller", "flagger")
 """Controllers people would pick instead of specfleet: built only for the side-by-side benchmark."""
-TOOLS = tuple(name for name in COMPONENTS if name not in PEERS)
-"""What `dev build` builds by default: the control plane, kubectl and helm."""
+RELEASE_TOOLS = ("registry",)
+"""What cutting a release on loopback needs beside helm: an OCI registry to push to (docs/release.md)."""
+TOOLS = tuple(name for name in COMPONENTS if name not in (*PEERS, *RELEASE_TOOLS))
+"""What the dev cluster and the tests against it need: the control plane, kubectl and helm."""
 
 CONTROL_PLANE = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 """The programs `dev up` runs (kubectl and helm are tools for users and tests)."""

@@ -28,6 +28,7 @@ from specfleet_workshop.cachedir import exclusively
 from specfleet_workshop.devcluster.binaries import COMPONENTS, Component, find_binary
 from specfleet_workshop.devcluster.versions import (
     ARGO_ROLLOUTS_VERSION,
+    DISTRIBUTION_VERSION,
     ETCD_VERSION,
     FLAGGER_VERSION,
     HELM_VERSION,
@@ -133,6 +134,13 @@ def build_groups(build_date: str) -> dict[str, BuildGroup]:
             FLAGGER_VERSION,
             {"flagger": "github.com/fluxcd/flagger/cmd/flagger"},
             extra_files=FLAGGER_CRD_FILES,
+        ),
+        "distribution": BuildGroup(
+            "distribution",
+            "github.com/distribution/distribution/v3",
+            DISTRIBUTION_VERSION,
+            {"registry": "github.com/distribution/distribution/v3/cmd/registry"},
+            ldflags=(f"-X github.com/distribution/distribution/v3/version.version={DISTRIBUTION_VERSION}",),
         ),
         "etcd": BuildGroup("etcd", "go.etcd.io/etcd/server/v3", ETCD_VERSION, {"etcd": "go.etcd.io/etcd/server/v3"}),
         "kwok": BuildGroup(

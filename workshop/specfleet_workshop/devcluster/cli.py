@@ -243,14 +243,15 @@ def build(
         bool, typer.Option(help="Also build Argo Rollouts and Flagger, for the side-by-side benchmark.")
     ] = False,
 ) -> None:
-    """Build every pinned binary into the cache ahead of time (the tests and `dev up` build what is missing)."""
+    """Build every pinned binary into the cache ahead of time (the tests and `dev up` build what is missing):
+    the control plane, kubectl, helm and the OCI registry a release is tried against (docs/release.md)."""
     from specfleet_workshop.cachedir import CacheWaitError, cache_root
-    from specfleet_workshop.devcluster.binaries import COMPONENTS, PEERS, TOOLS, BinaryError
+    from specfleet_workshop.devcluster.binaries import COMPONENTS, PEERS, RELEASE_TOOLS, TOOLS, BinaryError
     from specfleet_workshop.devcluster.build import BuildError, GoBuilder
 
     started = time.monotonic()
     try:
-        binaries = GoBuilder(cache_root(), console).ensure([*TOOLS, *(PEERS if peers else ())])
+        binaries = GoBuilder(cache_root(), console).ensure([*TOOLS, *RELEASE_TOOLS, *(PEERS if peers else ())])
     except (BinaryError, BuildError, CacheWaitError) as error:
         raise _fail(str(error)) from error
     for name, path in binaries.items():
@@ -343,3 +344,102 @@ def images(
             f"{image.tag}  image {image.image_bytes / 1e6:.0f} MB  "
             f"archive {image.archive} {image.archive_bytes / 1e6:.0f} MB"
         )
+
+
+@app.command()
+def registry(
+    state_dir: Annotated[
+        Path,
+        typer.Option("--state-dir", help="Where the registry keeps its config, CA, certificate, storage and log."),
+    ] = Path("/tmp/specfleet-registry"),
+    port: Annotated[int, typer.Option(help="Loopback port; 0 picks a free one.", min=0, max=65535)] = 0,
+) -> None:
+    """Run a real OCI registry on 127.0.0.1 until Ctrl-C: CNCF Distribution's `registry` at its pinned version,
+    built from the Go module proxy into the cache, serving HTTPS with a CA of its own (docs/release.md).
+
+    Prints the exports that `specfleet dev release` and helm use: SPECFLEET_REGISTRY and SPECFLEET_REGISTRY_CA.
+    """
+    from specfleet_workshop.cachedir import CacheWaitError, cache_root
+    from specfleet_workshop.devcluster import registry as loopback
+    from specfleet_workshop.devcluster.binaries import BinaryError
+    from specfleet_workshop.devcluster.build import BuildError, GoBuilder
+    from specfleet_workshop.devcluster.process import signals_as_interrupts
+
+    try:
+        binary = GoBuilder(cache_root(), console).ensure(["registry"])["registry"]
+        running = loopback.start(binary, state_dir, port or None)
+    except (BinaryError, BuildError, CacheWaitError, loopback.RegistryError) as error:
+        raise _fail(str(error)) from error
+    typer.echo(f"export SPECFLEET_REGISTRY={running.address}")
+    typer.echo(f"export SPECFLEET_REGISTRY_CA={shlex.quote(str(running.ca_file))}")
+    console.print(f"registry on https://{running.address} (storage and log under {state_dir}); Ctrl-C stops it")
+    try:
+        with signals_as_interrupts():
+            running.process.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        loopback.stop(running)
+    console.print("registry stopped")
+
+
+@app.command()
+def release(
+    registry: Annotated[
+        str,
+        typer.Option(
+            envvar="SPECFLEET_REGISTRY", help="The registry host[:port][/path] to push to.", show_default=False
+        ),
+    ],
+    version: Annotated[
+        str | None,
+        typer.Option(
+            help="The release's SemVer version: chart version, appVersion, operator image tag. "
+            "Default: charts/specfleet/Chart.yaml's version.",
+            show_default=False,
+        ),
+    ] = None,
+    ca_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--ca-file",
+            envvar="SPECFLEET_REGISTRY_CA",
+            exists=True,
+            dir_okay=False,
+            help="The CA that signed the registry's certificate (a private or loopback registry).",
+        ),
+    ] = None,
+    output: Annotated[
+        Path, typer.Option(help="Where the chart package, kubectl-specfleet and release.json go.")
+    ] = Path("dist"),
+    base: Annotated[
+        BaseChoice, typer.Option(help="The operator image's base (see `specfleet dev images --base`).")
+    ] = BaseChoice.AUTO,
+) -> None:
+    """Cut a release: build and push the operator and vLLM images, pin their digests in the chart's default
+    values, `helm push` the chart as an OCI artifact and build the single-file kubectl-specfleet (docs/release.md).
+
+    Log in first for a registry that needs it (`buildah login`, `helm registry login`). Prints release.json.
+    """
+    import yaml
+
+    from specfleet_workshop.cachedir import CacheWaitError, cache_root
+    from specfleet_workshop.devcluster.binaries import BinaryError
+    from specfleet_workshop.devcluster.build import BuildError, GoBuilder
+    from specfleet_workshop.devcluster.images import ImageError
+    from specfleet_workshop.devcluster.release import CHART, ReleaseError, Releaser
+    from specfleet_workshop.realvllm.install import InstallError, ensure
+
+    version = version or str(yaml.safe_load((CHART / "Chart.yaml").read_text())["version"])
+    started = time.monotonic()
+    try:
+        helm = GoBuilder(cache_root(), console).ensure(["helm"])["helm"]
+        releaser = Releaser(cache_root(), helm, lambda line: console.print(line, markup=False, highlight=False),
+                            ca_file=ca_file)  # fmt: skip
+        releaser.builder.check_tools(("buildah", "mmdebstrap"))
+        made = releaser.release(registry, version, output, base, ensure(DEFAULT_VERSION).venv, DEFAULT_VERSION)
+    except (BinaryError, BuildError, CacheWaitError, ImageError, InstallError, ReleaseError) as error:
+        raise _fail(str(error)) from error
+    console.print(f"released {made.version} in {time.monotonic() - started:.0f}s: helm install specfleet "
+                  f"{made.chart} --version {made.version}")  # fmt: skip
+    typer.echo(made.to_json())

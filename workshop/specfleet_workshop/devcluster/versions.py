@@ -27,5 +27,9 @@ FLAGGER_VERSION: Final = "v1.44.0"
 """Flagger (module github.com/fluxcd/flagger), a peer for the side-by-side benchmark only. The proxy lists
 only v1.36.1, but an explicit query finds v1.44.0."""
 
+DISTRIBUTION_VERSION: Final = "v3.1.2"
+"""CNCF Distribution's `registry` (module github.com/distribution/distribution/v3): the OCI registry a release is
+pushed to on loopback, standing in for a public one (docs/release.md)."""
+
 MINIMUM_GO: Final = (1, 26)
 """All four modules above declare `go 1.26.0`; with GOTOOLCHAIN=local an older go cannot build them."""
