@@ -30,8 +30,8 @@ from specfleet_workshop.devcluster.cluster import ClusterInfo, load_info, up
 from specfleet_workshop.devcluster.crds import apply_crds
 from specfleet_workshop.devcluster.images import OPERATOR, BaseChoice, ImageBuilder, vllm_spec
 from specfleet_workshop.devcluster.nodes import NodePool, pool_from_counts
-from specfleet_workshop.devcluster.release import zipapp
 from specfleet_workshop.devcluster.paths import default_state_dir
+from specfleet_workshop.devcluster.release import zipapp
 from specfleet_workshop.realvllm import install
 from specfleet_workshop.realvllm.models import ensure_models
 
