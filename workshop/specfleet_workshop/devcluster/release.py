@@ -150,11 +150,15 @@ def zipapp(cache: Path, log: Callable[[str], None]) -> Path:
     shiv = Path(sys.executable).parent / "shiv"
 
     def build(staging: Path) -> None:
-        argv = [str(shiv), "--console-script", PLUGIN, "--output-file", str(staging),
-                "--python", "/usr/bin/env python3", "--compressed", "--compile-pyc", "--reproducible",
-                str(ROOT / "operator")]  # fmt: skip
-        log("$ " + " ".join(argv))
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=1800, check=False)
+        with tempfile.TemporaryDirectory() as scratch:  # pip builds in the source tree: keep operator/ clean
+            source = Path(scratch) / "operator"
+            shutil.copytree(ROOT / "operator", source, ignore=shutil.ignore_patterns("build", "*.egg-info",
+                                                                                     "__pycache__"))  # fmt: skip
+            argv = [str(shiv), "--console-script", PLUGIN, "--output-file", str(staging),
+                    "--python", "/usr/bin/env python3", "--compressed", "--compile-pyc", "--reproducible",
+                    str(source)]  # fmt: skip
+            log("$ " + " ".join(argv))
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=1800, check=False)
         if done.returncode != 0:
             raise ReleaseError(f"shiv failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
 
