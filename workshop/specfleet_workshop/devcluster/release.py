@@ -163,7 +163,12 @@ def zipapp(cache: Path, log: Callable[[str], None]) -> Path:
             raise ReleaseError(f"shiv failed ({done.returncode}):\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
 
     key = plugin_key(input_files(OPERATOR))
-    return fill_once(cache / "release" / f"{PLUGIN}-{key}", build, what=f"the {PLUGIN} zipapp", log=log)
+    made = fill_once(cache / "release" / f"{PLUGIN}-{key}", build, what=f"the {PLUGIN} zipapp", log=log)
+    for old in made.parent.glob(f"{PLUGIN}-*"):  # one in the cache, as one image of each name (locks are .files)
+        if old != made:
+            log(f"removing the outdated {old.name}")
+            old.unlink(missing_ok=True)
+    return made
 
 
 class Releaser:
