@@ -18,6 +18,7 @@ import shutil
 import ssl
 import subprocess
 import sys
+import tempfile
 import threading
 import urllib.request
 import uuid
@@ -76,11 +77,31 @@ def released(loopback: registry.Registry, tmp_path_factory: pytest.TempPathFacto
     return made
 
 
+@pytest.fixture
+def storage() -> Iterator[images.Storage]:
+    """An empty podman storage, so the image can only come from the registry (under /tmp: podman refuses a
+    runroot path longer than 50 characters, which pytest's tmp_path is)."""
+    root = Path(tempfile.mkdtemp(prefix="sf-release-", dir="/tmp"))
+    made = images.Storage(root)
+    for directory in (made.graph, made.run, made.tmp):
+        directory.mkdir()
+    yield made
+    subprocess.run(made.podman("rmi", "--all", "--force"), capture_output=True, timeout=120, check=False)
+    shutil.rmtree(root, ignore_errors=True)
+
+
 def catalog(loopback: registry.Registry) -> list[str]:
     context = ssl.create_default_context(cafile=str(loopback.ca_file))
     with urllib.request.urlopen(f"https://{loopback.address}/v2/_catalog", context=context, timeout=10) as answer:
         repositories: list[str] = json.load(answer)["repositories"]
     return repositories
+
+
+def podman(storage: images.Storage, *args: str) -> str:
+    done = subprocess.run(storage.podman(*args), capture_output=True, text=True, timeout=600, check=False)
+    if done.returncode != 0:
+        pytest.fail(f"podman {' '.join(args[:2])} ... failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return done.stdout
 
 
 def answers(url: str) -> bool:
@@ -99,37 +120,38 @@ def test_the_release_installs_from_the_registry_and_the_operator_runs_from_its_i
     released: dict[str, Any],
     fleet: Fleet,
     tmp_path: Path,
+    request: pytest.FixtureRequest,
+    storage: images.Storage,
 ) -> None:
     assert sorted(catalog(loopback)) == ["charts/specfleet", "specfleet-operator", "vllm-rocm"]
     operator_image = f"{released['operator']['repository']}@{released['operator']['digest']}"
     assert released["chart"] == f"oci://{loopback.address}/charts/specfleet"
 
     health_port, metrics_port = free_port(), free_port()  # podman runs it on the host network
-    installed = Cluster(dev_cluster).helm(
-        "install", "sf", released["chart"], "--version", VERSION, "-n", namespace, "--ca-file", str(loopback.ca_file),
+    chart, name = Cluster(dev_cluster), f"sf-{namespace.removeprefix('test-')}"  # its ClusterRoles are cluster-wide
+    request.addfinalizer(lambda: chart.helm("uninstall", name, "-n", namespace, "--wait", check=False))
+    installed = chart.helm(
+        "install", name, released["chart"], "--version", VERSION, "-n", namespace, "--ca-file", str(loopback.ca_file),
         "--set", f"watchNamespaces={{{namespace}}}", "--set", f"healthPort={health_port}",
         "--set", f"metrics.port={metrics_port}", "--set", "operator.resyncSeconds=30",
     )  # fmt: skip
     serving_image = f"{released['vllm']['repository']}@{released['vllm']['digest']}"
     assert serving_image in installed.stdout  # the notes name the serving image of this release, by digest
-    deployment = json.loads(fleet.kubectl("get", "deployment", "sf-specfleet", "-o", "json").stdout)
+    deployment = json.loads(fleet.kubectl("get", "deployment", f"{name}-specfleet", "-o", "json").stdout)
     pod = deployment["spec"]["template"]["spec"]
     assert pod["containers"][0]["image"] == operator_image
 
-    storage = images.Storage(tmp_path / "podman")  # empty: the image can only come from the registry
-    pull = storage.podman("pull", "--cert-dir", str(loopback.cert_dir), operator_image)
-    subprocess.run(pull, capture_output=True, text=True, timeout=600, check=True)
-    inspected = subprocess.run(storage.podman("image", "inspect", operator_image), capture_output=True, text=True,
-                               timeout=60, check=True).stdout  # fmt: skip
-    assert json.loads(inspected)[0]["Digest"] == released["operator"]["digest"]
+    podman(storage, "pull", "--cert-dir", str(loopback.cert_dir), operator_image)
+    inspected = json.loads(podman(storage, "image", "inspect", operator_image))
+    assert inspected[0]["Digest"] == released["operator"]["digest"]
 
     kubeconfig = tmp_path / "kubeconfig"  # the pod's ServiceAccount token, readable by the pod's user
     shutil.copy(dev_cluster.kubeconfig, kubeconfig)
     os.chown(kubeconfig, pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsGroup"])
-    name = f"specfleet-released-{uuid.uuid4().hex[:8]}"
+    container = f"specfleet-released-{uuid.uuid4().hex[:8]}"
     log = tmp_path / "operator.log"
     with log.open("wb") as out:
-        process = subprocess.Popen(images.podman_run_argv(storage, deployment, operator_image, name, kubeconfig),
+        process = subprocess.Popen(images.podman_run_argv(storage, deployment, operator_image, container, kubeconfig),
                                    stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
     try:
 
@@ -142,11 +164,12 @@ def test_the_release_installs_from_the_registry_and_the_operator_runs_from_its_i
         fleet.unguarded = True  # no Prometheus here: the fleet canaries on its pauses alone, as it says
         status = healthy(fleet)
         assert status["phase"] == "Healthy"
-        running = subprocess.run(storage.podman("inspect", "--format", "{{.ImageDigest}}", name),
-                                 capture_output=True, text=True, timeout=60, check=True).stdout.strip()  # fmt: skip
-        assert running == released["operator"]["digest"]
+        assert (
+            podman(storage, "inspect", "--format", "{{.ImageDigest}}", container).strip()
+            == released["operator"]["digest"]
+        )
     finally:
-        subprocess.run(storage.podman("stop", "--time", "20", name), capture_output=True, timeout=120, check=False)
+        subprocess.run(storage.podman("stop", "--time", "20", container), capture_output=True, timeout=120, check=False)
         process.wait(timeout=60)
         print(log.read_text()[-3000:])
 
