@@ -208,6 +208,8 @@ class Releaser:
 
     def release(self, registry: str, version: str, output: Path, base: BaseChoice, vllm_venv: Path,
                 vllm_version: str) -> Release:  # fmt: skip
+        """Build, push and publish one version into `registry`; the chart package, the zipapp and release.json
+        go to `output`. Nothing is published under the version until both images are pushed."""
         check_version(version)
         output.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory() as scratch:
