@@ -338,7 +338,7 @@ def render(sdep: SpeculativeDeployment, track: Track = Track.STABLE) -> list[Man
         for index in range(len(spec.candidates)):
             tried = spec.candidate_spec(index)
             shown = sdep.model_copy(update={"spec": tried})
-            replicas = canary_replicas(spec.main_replicas, spec.rollout.steps[0].weight)
+            replicas = canary_replicas(spec.main_replicas, spec.rollout.steps[0].share)
             slices.append(deployment(shown, track, revision(tried), replicas, candidate=index))
         return [service(sdep), *slices]
     if track is Track.HOLDBACK:
@@ -351,7 +351,7 @@ def render(sdep: SpeculativeDeployment, track: Track = Track.STABLE) -> list[Man
     if track is Track.STABLE:
         replicas = spec.main_replicas
     else:
-        replicas = canary_replicas(spec.main_replicas, spec.rollout.steps[0].weight)
+        replicas = canary_replicas(spec.main_replicas, spec.rollout.steps[0].share)
     rendered = deployment(sdep, track, revision(spec), replicas, always_served=always and track is Track.STABLE)
     return [service(sdep), service(sdep, track), rendered]
 
@@ -362,12 +362,15 @@ def route_rules(
     canary_weight: int,
     holdback_weight: int = 0,
     route_namespace: str | None = None,
+    canary_mirror: int = 0,
 ) -> list[dict[str, Any]]:
     """An HTTPRoute's rules with the fleet's backend weights set: canary w, holdback h, stable the rest.
 
     Only backendRefs to this fleet's track Services are touched: by name, in the fleet's namespace (a ref
     without a namespace is in the route's, `route_namespace`, default the fleet's); a rule that sends to the
-    stable Service gains a canary (holdback) ref while that track takes traffic and loses it afterwards.
+    stable Service gains a canary (holdback) ref while that track takes traffic and loses it afterwards. In a
+    shadow step (`canary_mirror` percent) such a rule also gets the Gateway API's `RequestMirror` filter copying
+    that share of its requests to the canary Service, and loses it afterwards; the route's other filters stay.
     """
     names = {track: child_name(sdep, track) for track in SINGLE_TRACKS}
     weights = {Track.CANARY: canary_weight, Track.HOLDBACK: min(holdback_weight, 100 - canary_weight)}
@@ -379,6 +382,10 @@ def route_rules(
             core_service and ref.get("name") in names.values() and ref.get("namespace", here) == sdep.metadata.namespace
         )
 
+    def mirrors_to_canary(rule_filter: dict[str, Any]) -> bool:
+        ref = (rule_filter.get("requestMirror") or {}).get("backendRef") or {}
+        return rule_filter.get("type") == "RequestMirror" and fleets(ref) and ref.get("name") == names[Track.CANARY]
+
     updated = []
     for rule in rules:
         refs = [dict(ref) for ref in rule.get("backendRefs") or []]
@@ -389,5 +396,12 @@ def route_rules(
         others = [ref for ref in refs if not fleets(ref)]
         mine = [{**stable_refs[0], "weight": 100 - sum(weights.values())}]
         mine += [{**stable_refs[0], "name": names[t], "weight": w} for t, w in weights.items() if w > 0]
-        updated.append({**rule, "backendRefs": others + mine})
+        written = {**rule, "backendRefs": others + mine}
+        filters = [f for f in rule.get("filters") or [] if not mirrors_to_canary(f)]
+        if canary_mirror > 0:
+            target = {k: v for k, v in stable_refs[0].items() if k != "weight"} | {"name": names[Track.CANARY]}
+            filters.append({"type": "RequestMirror", "requestMirror": {"backendRef": target, "percent": canary_mirror}})
+        if filters or "filters" in rule:
+            written["filters"] = filters
+        updated.append(written)
     return updated
