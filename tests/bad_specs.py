@@ -337,6 +337,46 @@ BAD_SPECS: list[BadSpec] = [
         "steps[].mirror needs trafficRouting.httpRoute",
     ),
     BadSpec(
+        "canary-header-name-with-a-colon",
+        spec(
+            rollout={"trafficRouting": {"httpRoute": {"name": "llm", "canaryHeader": {"name": "x-a:b", "value": "1"}}}}
+        ),
+        "spec.rollout.trafficRouting.httpRoute.canaryHeader.name",
+        "should match pattern",
+        "should match",
+    ),
+    BadSpec(
+        "canary-header-name-empty",
+        spec(rollout={"trafficRouting": {"httpRoute": {"name": "llm", "canaryHeader": {"name": "", "value": "1"}}}}),
+        "spec.rollout.trafficRouting.httpRoute.canaryHeader.name",
+        "at least 1 character",
+        "at least 1",
+    ),
+    BadSpec(
+        "canary-header-value-with-a-newline",
+        spec(
+            rollout={
+                "trafficRouting": {
+                    "httpRoute": {"name": "llm", "canaryHeader": {"name": "x-canary", "value": "yes\r\nx-admin: 1"}}
+                }
+            }
+        ),
+        "spec.rollout.trafficRouting.httpRoute.canaryHeader.value",
+        "should match pattern",
+        "should match",
+    ),
+    BadSpec(
+        "canary-header-value-too-long",
+        spec(
+            rollout={
+                "trafficRouting": {"httpRoute": {"name": "llm", "canaryHeader": {"name": "x-c", "value": "v" * 4097}}}
+            }
+        ),
+        "spec.rollout.trafficRouting.httpRoute.canaryHeader.value",
+        "at most 4096 characters",
+        "4096",
+    ),
+    BadSpec(
         "shadow-step-after-users",
         spec(rollout={"steps": [{"weight": 10}, {"mirror": 20}], "trafficRouting": ROUTED}),
         "spec.rollout.steps",

@@ -797,6 +797,15 @@ class HoldbackSpec(ApiModel):
     promotion has happened."""
 
 
+class HeaderMatch(ApiModel):
+    """An HTTP header with an exact value, as a Gateway API `HTTPHeaderMatch` of type `Exact` matches it."""
+
+    name: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$")]
+    """The header's name (an HTTP token, compared case-insensitively by gateways), e.g. `x-canary`."""
+    value: Annotated[str, Field(min_length=1, max_length=4096, pattern=r"^[ -~]+$")]
+    """Its exact value: printable ASCII, as a gateway compares it."""
+
+
 class HTTPRouteRef(ApiModel):
     """A Gateway API HTTPRoute whose backend weights specfleet sets."""
 
@@ -806,6 +815,11 @@ class HTTPRouteRef(ApiModel):
     """Defaults to the SpeculativeDeployment's namespace. A route in another namespace is written only when a
     ReferenceGrant there lets SpeculativeDeployments of this namespace refer to HTTPRoutes (all, or this one);
     until then the fleet is held (SpecValid False)."""
+    canary_header: HeaderMatch | None = None
+    """Opt-in: requests carrying this header (internal testers', say) are answered by the canary at every step
+    of a live canary, shadow steps included. Rendered as an HTTPRoute rule beside each rule that sends to the
+    stable Service, with the same matches plus this header (more header matches win among a route's rules),
+    named `<fleet>-canary-header-<n>`, and removed when the canary ends."""
 
 
 class TrafficRouting(ApiModel):

@@ -516,12 +516,14 @@ class Reconciler:
     def _set_canary_route_weights(self, sdep: SpeculativeDeployment, decision: Decision) -> None:
         """After the children: the HTTPRoute sends (or, in a shadow step, mirrors) traffic to the canary or the
         holdback only once their Services exist (weights back to 0 were set first, by `_take_traffic_off_canary`)."""
-        if self._routed(sdep) and (any(decision.route_weights.values()) or decision.canary_mirror):
+        pinned = decision.canary_traffic and decision.target(Track.CANARY) is not None
+        if self._routed(sdep) and (any(decision.route_weights.values()) or decision.canary_mirror or pinned):
             self._set_route_weights(
                 sdep,
                 decision.route_weight(Track.CANARY),
                 decision.route_weight(Track.HOLDBACK),
                 decision.canary_mirror,
+                pinned=pinned,
             )
 
     def _prune_children(
@@ -674,10 +676,17 @@ class Reconciler:
         return f"{ref.namespace or sdep.metadata.namespace}/{ref.name}" if ref is not None else None
 
     def _set_route_weights(
-        self, sdep: SpeculativeDeployment, weight: int, holdback_weight: int = 0, mirror: int = 0
+        self,
+        sdep: SpeculativeDeployment,
+        weight: int,
+        holdback_weight: int = 0,
+        mirror: int = 0,
+        *,
+        pinned: bool = False,
     ) -> None:
-        """Set the fleet's backend weights and its canary mirror on the user's HTTPRoute (only those; the route
-        stays theirs)."""
+        """Set the fleet's backend weights, its canary mirror and (`pinned`: the canary takes traffic) the rules
+        sending `canaryHeader` requests to the canary on the user's HTTPRoute (only those; the route stays
+        theirs)."""
         routing = sdep.spec.rollout.traffic_routing
         ref = routing.http_route if routing is not None else None
         if ref is None:  # the callers ask `_routed` first
@@ -690,7 +699,10 @@ class Reconciler:
             )
             return
         rules = route.get("spec", {}).get("rules") or []
-        wanted = route_rules(sdep, rules, weight, holdback_weight, route_namespace=namespace, canary_mirror=mirror)
+        header = ref.canary_header if pinned else None
+        wanted = route_rules(
+            sdep, rules, weight, holdback_weight, route_namespace=namespace, canary_mirror=mirror, canary_header=header
+        )
         if wanted != rules:
             body = {"metadata": {"resourceVersion": route["metadata"]["resourceVersion"]}, "spec": {"rules": wanted}}
             self.kube.merge_patch(HTTPROUTE_API_VERSION, "HTTPRoute", namespace, ref.name, body)

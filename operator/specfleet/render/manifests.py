@@ -10,12 +10,13 @@ ServiceAccount): a cluster's own admission keeps them so, and a relaxation is th
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 from specfleet.api.durations import parse_duration
 from specfleet.api.problems import InvalidSpecError, Problem
 from specfleet.api.resource import SpeculativeDeployment
-from specfleet.api.spec import SpeculativeDeploymentSpec, SpeculativeMethod, SpeculativeSpec
+from specfleet.api.spec import HeaderMatch, SpeculativeDeploymentSpec, SpeculativeMethod, SpeculativeSpec
 from specfleet.api.vocabulary import (
     ALWAYS_SERVED,
     ANNOTATION_HTTP_ROUTE,
@@ -363,6 +364,7 @@ def route_rules(
     holdback_weight: int = 0,
     route_namespace: str | None = None,
     canary_mirror: int = 0,
+    canary_header: HeaderMatch | None = None,
 ) -> list[dict[str, Any]]:
     """An HTTPRoute's rules with the fleet's backend weights set: canary w, holdback h, stable the rest.
 
@@ -371,6 +373,8 @@ def route_rules(
     stable Service gains a canary (holdback) ref while that track takes traffic and loses it afterwards. In a
     shadow step (`canary_mirror` percent) such a rule also gets the Gateway API's `RequestMirror` filter copying
     that share of its requests to the canary Service, and loses it afterwards; the route's other filters stay.
+    With `canary_header`, each such rule gets a twin (`<fleet>-canary-header-<n>`) that sends the requests
+    carrying the header to the canary alone; the twins go when it is None.
     """
     names = {track: child_name(sdep, track) for track in SINGLE_TRACKS}
     weights = {Track.CANARY: canary_weight, Track.HOLDBACK: min(holdback_weight, 100 - canary_weight)}
@@ -386,8 +390,11 @@ def route_rules(
         ref = (rule_filter.get("requestMirror") or {}).get("backendRef") or {}
         return rule_filter.get("type") == "RequestMirror" and fleets(ref) and ref.get("name") == names[Track.CANARY]
 
-    updated = []
+    pinned = f"{sdep.metadata.name}-canary-header-"
+    updated, twins = [], []
     for rule in rules:
+        if str(rule.get("name", "")).startswith(pinned):
+            continue
         refs = [dict(ref) for ref in rule.get("backendRefs") or []]
         stable_refs = [ref for ref in refs if fleets(ref) and ref.get("name") == names[Track.STABLE]]
         if not stable_refs:
@@ -396,12 +403,33 @@ def route_rules(
         others = [ref for ref in refs if not fleets(ref)]
         mine = [{**stable_refs[0], "weight": 100 - sum(weights.values())}]
         mine += [{**stable_refs[0], "name": names[t], "weight": w} for t, w in weights.items() if w > 0]
-        written = {**rule, "backendRefs": others + mine}
+        written = {key: value for key, value in rule.items() if key != "filters"} | {"backendRefs": others + mine}
         filters = [f for f in rule.get("filters") or [] if not mirrors_to_canary(f)]
         if canary_mirror > 0:
             target = {k: v for k, v in stable_refs[0].items() if k != "weight"} | {"name": names[Track.CANARY]}
             filters.append({"type": "RequestMirror", "requestMirror": {"backendRef": target, "percent": canary_mirror}})
-        if filters or "filters" in rule:
+        if filters:
             written["filters"] = filters
         updated.append(written)
-    return updated
+        if canary_header is not None:
+            twins.append(_header_twin(rule, stable_refs[0], names[Track.CANARY], canary_header, mirrors_to_canary))
+    return updated + [{**twin, "name": f"{pinned}{n}"} for n, twin in enumerate(twins)]
+
+
+def _header_twin(
+    rule: dict[str, Any],
+    stable_ref: dict[str, Any],
+    canary: str,
+    header: HeaderMatch,
+    mirrors_to_canary: Callable[[dict[str, Any]], bool],
+) -> dict[str, Any]:
+    """A copy of a rule sending to stable whose matches also need `header`, sending to the canary alone."""
+    wanted = {"type": "Exact", "name": header.name, "value": header.value}
+    matches = [{**match, "headers": [*(match.get("headers") or []), wanted]} for match in rule.get("matches") or [{}]]
+    twin = {key: value for key, value in rule.items() if key not in ("name", "backendRefs", "filters", "matches")}
+    twin["matches"] = matches
+    twin["backendRefs"] = [{**{k: v for k, v in stable_ref.items() if k != "weight"}, "name": canary}]
+    filters = [f for f in rule.get("filters") or [] if f.get("type") != "RequestMirror" or not mirrors_to_canary(f)]
+    if filters:
+        twin["filters"] = filters
+    return twin

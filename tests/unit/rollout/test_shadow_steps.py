@@ -1,9 +1,14 @@
 """Shadow steps (`steps[].mirror`): the canary sees a copy of stable's requests through the HTTPRoute's
-RequestMirror filter while every user is served by stable, then the weighted steps serve users."""
+RequestMirror filter while every user is served by stable, then the weighted steps serve users; and the opt-in
+header (`httpRoute.canaryHeader`) that sends a request to the canary at any step."""
 
+import random
+
+from specfleet.api.spec import HeaderMatch
 from specfleet.api.status import Phase
 from specfleet.api.vocabulary import Track
 from specfleet.render.manifests import route_rules
+from specfleet_workshop.sim.gateway import Backend, parse_rules, route_request
 
 from rolloutkit import Fleet, healthy_fleet, make_spec
 from speckit import sdep
@@ -83,3 +88,35 @@ def test_the_route_gets_a_request_mirror_filter_to_the_canary_and_loses_it_after
         "llama-eagle3-stable": 90,
         "llama-eagle3-canary": 10,
     }
+
+
+def test_a_canary_header_gets_a_twin_rule_to_the_canary_that_goes_when_the_canary_does() -> None:
+    fleet = sdep()
+    header = HeaderMatch(name="x-canary", value="yes")
+    match = {"path": {"type": "PathPrefix", "value": "/v1"}}
+    rules = [{"matches": [match], "backendRefs": [{"name": "llama-eagle3-stable", "port": 8000}]}]
+    pinned = route_rules(fleet, rules, 0, canary_mirror=20, canary_header=header)
+    assert len(pinned) == 2 and pinned[1] == {
+        "name": "llama-eagle3-canary-header-0",
+        "matches": [{**match, "headers": [{"type": "Exact", "name": "x-canary", "value": "yes"}]}],
+        "backendRefs": [{"name": "llama-eagle3-canary", "port": 8000}],
+    }
+    assert route_rules(fleet, pinned, 0, canary_mirror=20, canary_header=header) == pinned  # written once
+    ended = route_rules(fleet, pinned, 0)
+    assert ended == [{**rules[0], "backendRefs": [{"name": "llama-eagle3-stable", "port": 8000, "weight": 100}]}]
+
+
+def test_the_stand_in_gateway_sends_a_pinned_request_to_the_canary_whatever_the_weights() -> None:
+    fleet = sdep()
+    header = HeaderMatch(name="x-canary", value="yes")
+    rules = [{"backendRefs": [{"name": "llama-eagle3-stable", "port": 8000}]}]
+    written = route_rules(fleet, rules, 0, canary_mirror=20, canary_header=header)
+    route = {"metadata": {"namespace": fleet.metadata.namespace}, "spec": {"rules": written}}
+    stable = Backend(fleet.metadata.namespace, "llama-eagle3-stable")
+    canary = Backend(fleet.metadata.namespace, "llama-eagle3-canary")
+    pods = {stable: ["s0"], canary: ["c0"]}
+    parsed, rng = parse_rules(route), random.Random(1)
+    pinned = [route_request(parsed, {"X-Canary": "yes"}, pods, rng) for _ in range(200)]
+    assert all(d.served == (canary, "c0") and not d.mirrored for d in pinned)
+    users = [route_request(parsed, {}, pods, rng) for _ in range(200)]
+    assert all(d.served == (stable, "s0") for d in users)

@@ -173,6 +173,17 @@ def route_request(
     return Delivery(served=served, backend=backend, mirrored=tuple(mirrored))
 
 
+def routing_of(rules: Sequence[Rule], headers: Mapping[str, str]) -> dict[str, Any]:
+    """How the stand-in routes a request with `headers` now: the weights and mirror shares of the rule it takes."""
+    rule = next((r for r in rules if r.accepts(headers)), None)
+    if rule is None:
+        return {"weights": {}, "mirrors": {}}
+    return {
+        "weights": {f"{b.namespace}/{b.name}": weight for b, weight in rule.backends},
+        "mirrors": {f"{b.namespace}/{b.name}": share for b, share in rule.mirrors},
+    }
+
+
 @dataclass
 class BackendCounts:
     """Requests of one stream that a backend got."""

@@ -50,6 +50,7 @@ from specfleet_workshop.sim.gateway import (
     fleets_behind,
     parse_rules,
     route_request,
+    routing_of,
     selects,
 )
 from specfleet_workshop.sim.routes import DEFAULT_PORT, OpenAIRoute, handler_for, metrics_path, openai_base_path
@@ -483,7 +484,13 @@ class Simulator:
         with self.lock:
             self._route_arrivals(self.clock())
             return [
-                {"route": stream.route, "headers": stream.headers, "load": stream.load, **state.counts.document()}
+                {
+                    "route": stream.route,
+                    "headers": stream.headers,
+                    "load": stream.load,
+                    "routing": routing_of(self._routes.rules.get(stream.route, ()), stream.headers),
+                    **state.counts.document(),
+                }
                 for stream, state in self._streams
             ]
 
