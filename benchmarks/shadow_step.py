@@ -131,12 +131,13 @@ def run(args: argparse.Namespace, cluster: ClusterInfo, namespace: str, work: Pa
             for name, status in statuses().items():
                 if name not in rolled and status.get("phase") == "RolledBack":
                     rolled[name] = time.monotonic() - t0
+                    print(f"{name} rolled back after {rolled[name]:.1f} s", file=sys.stderr)
             time.sleep(0.5)
         time.sleep(3)  # the gateway reads routes once a second: what it still sent the canary is counted too
         after = gateway()
 
         def canary(name: str, field: str) -> int:
-            counts = [g["backends"].get(f"{namespace}/{name}-canary", {}).get(field, 0) for g in (after, before)]
+            counts = [g[name]["backends"].get(f"{namespace}/{name}-canary", {}).get(field, 0) for g in (after, before)]
             return counts[0] - counts[1]
 
         def figures(mode: str) -> dict[str, Any]:

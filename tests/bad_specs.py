@@ -377,6 +377,13 @@ BAD_SPECS: list[BadSpec] = [
         "4096",
     ),
     BadSpec(
+        "mirror-with-max-surge",
+        spec(rollout={"steps": [{"mirror": 20}], "trafficRouting": ROUTED, "maxSurge": 1}),
+        "spec.rollout.steps",
+        "steps[].mirror cannot be used with maxSurge",
+        "steps[].mirror cannot be used with maxSurge",
+    ),
+    BadSpec(
         "shadow-step-after-users",
         spec(rollout={"steps": [{"weight": 10}, {"mirror": 20}], "trafficRouting": ROUTED}),
         "spec.rollout.steps",

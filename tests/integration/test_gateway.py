@@ -153,6 +153,7 @@ def test_a_good_drafter_is_promoted_through_a_shadow_step_then_a_weighted_one(
     shadow = wait_for(
         "the shadow step's analysis",
         lambda: (s := fleet.status("llama")).get("currentStep") == 0 and s.get("lastAnalysis") and s,
+        timeout=300,  # the first analysis waits for Prometheus to have scraped every canary pod
     )
     counts = backend(gateway(simulator)[0], fleet, "llama-canary")
     assert shadow["lastAnalysis"] and counts["served"] == 0 and counts["mirrored"] > 0

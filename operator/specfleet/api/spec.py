@@ -895,6 +895,13 @@ class RolloutSpec(ApiModel):
                 or (r.traffic_routing is not None and r.traffic_routing.http_route is not None)
             ),
         ),
+        Rule(
+            cel="!has(self.steps) || !self.steps.exists(s, has(s.mirror)) || !has(self.maxSurge)",
+            message="steps[].mirror cannot be used with maxSurge: a shadow step's canary pods serve no user, so "
+            "they cannot take the place of stable's pods (leave maxSurge unset: they run on top of replicas)",
+            field_path=".steps",
+            holds=lambda r: all(s.mirror is None for s in r.steps) or r.max_surge is None,
+        ),
     )
 
 

@@ -344,9 +344,10 @@ def _canary_target(p: Pass) -> tuple[TrackTarget | None, int, int | None]:
     if status.canary_revision == status.stable_revision:  # promoting
         return TrackTarget(status.canary_revision, config, max(obs.track(Track.CANARY).ready, 1)), total, None
     assert status.current_step is not None
-    wanted = canary_replicas(total, spec.rollout.steps[status.current_step].share)
+    step = spec.rollout.steps[status.current_step]
+    wanted = canary_replicas(total, step.share)
     ready = obs.track(Track.CANARY).ready if obs.track(Track.CANARY).revision == status.canary_revision else 0
-    serving = min(ready, wanted) if p.canary_traffic else 0
+    serving = min(ready, wanted) if p.canary_traffic and step.users else 0  # a shadow step's pods serve no user
     stable_replicas = max(1, total - serving) if serving and total > 1 else total
     if p.canary_traffic:  # serving canary pods beyond the step's share go once stable covers
         wanted = max(wanted, min(ready, total - obs.track(Track.STABLE).ready))

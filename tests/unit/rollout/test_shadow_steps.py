@@ -31,8 +31,9 @@ def test_a_shadow_step_mirrors_and_gives_users_none_of_the_canary() -> None:
     decision = fleet.converge()
     assert fleet.status.current_step == 0 and fleet.status.step_ready_at is not None
     assert decision.route_weight(Track.CANARY) == 0 and decision.canary_mirror == 50
-    canary = decision.target(Track.CANARY)
+    canary, stable = decision.target(Track.CANARY), decision.target(Track.STABLE)
     assert canary is not None and canary.replicas == 1  # sized for half of stable's two pods' requests
+    assert stable is not None and stable.replicas == 2  # stable serves every user: it gives no pod way
 
 
 def test_the_weighted_step_after_the_shadow_step_serves_users_and_stops_mirroring() -> None:
@@ -42,6 +43,8 @@ def test_the_weighted_step_after_the_shadow_step_serves_users_and_stops_mirrorin
     assert fleet.status.current_step == 1
     decision = fleet.converge()
     assert decision.route_weight(Track.CANARY) == 50 and decision.canary_mirror == 0
+    stable = decision.target(Track.STABLE)
+    assert stable is not None and stable.replicas == 1  # now it gives way to the canary pod serving users
 
 
 def test_a_rollback_in_a_shadow_step_stops_the_mirror() -> None:
