@@ -156,3 +156,21 @@ def test_a_pod_of_no_routed_fleet_keeps_its_own_load(sim: Simulator) -> None:
     sim.upsert_pod(vllm_pod("other-0", GOOD, sdep="other"), MI325X_NODE)
     sim.set_routes(Routes(rules={"team/llm": parse_rules(route(weighted(25)))}, selectors=selectors()))
     assert [p["load"] for p in sim.describe()] == [5.0]
+
+
+def test_an_inferencepool_backend_gets_the_pod_with_the_shortest_queue() -> None:
+    """As an endpoint picker would: the pool's Ready pod with the fewest waiting and running requests."""
+    pool = {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "web-canary"}
+    rules = parse_rules(route({"backendRefs": [pool]}))
+    canary = Backend("team", "web-canary", "InferencePool")
+    assert rules[0].backends == ((canary, 1),)
+    queues = {"team/c0": 3, "team/c1": 0, "team/c2": 5}
+    picked = {
+        route_request(rules, {}, {canary: list(queues)}, random.Random(i), queues.__getitem__).served for i in range(50)
+    }
+    assert picked == {(canary, "team/c1")}
+
+
+def test_an_unknown_backend_kind_is_not_routed_to() -> None:
+    other = {"group": "example.com", "kind": "Widget", "name": "w"}
+    assert parse_rules(route({"backendRefs": [other]}))[0].backends == ()

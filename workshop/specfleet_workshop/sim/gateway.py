@@ -11,7 +11,9 @@ each arrival of a stream the way a Gateway API implementation would:
 - a copy for each `RequestMirror` filter of the rule, with its `percent` (or `fraction`; 100% when neither
   is set) chance, to the mirror's backend, whose answer is discarded;
 - the pod: one of the backend Service's Ready pods (its selector over the pods' labels), at random as
-  kube-proxy picks.
+  kube-proxy picks; for an InferencePool backend (`inference.networking.k8s.io`, kind `InferencePool`, its
+  `spec.selector.matchLabels`), the Ready pod with the shortest queue (waiting and running requests), as an
+  endpoint picker would, ties at random.
 
 A request whose backend has no Ready pod is counted as unserved (a gateway's 503). Counts are kept per stream
 and backend, user-facing and mirrored apart: what a test asks the gateway, never what Prometheus shows.
@@ -20,21 +22,26 @@ Pure: the HTTPRoute and Service documents come in as JSON (`Routes.from_document
 """
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 HTTPROUTE_GROUP = "gateway.networking.k8s.io"
 HTTPROUTE_VERSION = "v1"
 HTTPROUTE_PLURAL = "httproutes"
+INFERENCE_GROUP = "inference.networking.k8s.io"
+INFERENCE_VERSION = "v1"
+INFERENCEPOOL_PLURAL = "inferencepools"
+SERVICE, INFERENCE_POOL = "Service", "InferencePool"
 
 
 @dataclass(frozen=True)
 class Backend:
-    """A Service a rule sends to or mirrors to."""
+    """A Service (or an InferencePool) a rule sends to or mirrors to."""
 
     namespace: str
     name: str
+    kind: str = SERVICE
 
 
 @dataclass(frozen=True)
@@ -68,10 +75,12 @@ class Rule:
 
 
 def _backend(ref: Mapping[str, Any], namespace: str) -> Backend | None:
-    """A backendRef to a core Service (the only kind the stand-in serves), in the route's namespace by default."""
-    if ref.get("group", "") != "" or ref.get("kind", "Service") != "Service" or not ref.get("name"):
+    """A backendRef to a core Service or an InferencePool (the kinds the stand-in serves), in the route's
+    namespace by default."""
+    kind = (ref.get("group", ""), ref.get("kind", SERVICE))
+    if kind not in (("", SERVICE), (INFERENCE_GROUP, INFERENCE_POOL)) or not ref.get("name"):
         return None
-    return Backend(str(ref.get("namespace") or namespace), str(ref["name"]))
+    return Backend(str(ref.get("namespace") or namespace), str(ref["name"]), kind[1])
 
 
 def _mirror_share(mirror: Mapping[str, Any]) -> float:
@@ -121,7 +130,8 @@ class Routes:
     rules: Mapping[str, tuple[Rule, ...]] = field(default_factory=dict)
     """By route, `namespace/name`."""
     selectors: Mapping[Backend, Mapping[str, str]] = field(default_factory=dict)
-    """Each backend Service's selector; a Service that does not exist has none and no pods."""
+    """Each backend's selector (a Service's, an InferencePool's `matchLabels`); one that does not exist has none
+    and no pods."""
 
     def backends(self) -> set[Backend]:
         """Every Service the routes send or mirror to."""
@@ -149,13 +159,23 @@ class Delivery:
     """Copies sent, whose answers are discarded."""
 
 
+def _pick(backend: Backend, pods: Sequence[str], rng: random.Random, queue: Callable[[str], int]) -> str:
+    """A Service's pod at random; an InferencePool's with the shortest queue (ties at random)."""
+    if backend.kind == INFERENCE_POOL:
+        shortest = min(queue(pod) for pod in pods)
+        pods = [pod for pod in pods if queue(pod) == shortest]
+    return rng.choice(list(pods))
+
+
 def route_request(
     rules: Sequence[Rule],
     headers: Mapping[str, str],
     ready_pods: Mapping[Backend, Sequence[str]],
     rng: random.Random,
+    queue: Callable[[str], int] = lambda pod: 0,
 ) -> Delivery:
-    """Pick the rule, the backend by weight, a Ready pod of it, and the mirrors' copies, for one request."""
+    """Pick the rule, the backend by weight, a Ready pod of it, and the mirrors' copies, for one request
+    (`queue`: a pod's waiting and running requests, for an InferencePool's endpoint picker)."""
     rule = next((r for r in rules if r.accepts(headers)), None)
     if rule is None:
         return Delivery(served=None, backend=None)
@@ -164,12 +184,12 @@ def route_request(
     if weighted:
         backend = rng.choices([b for b, _ in weighted], weights=[w for _, w in weighted])[0]
     pods = ready_pods.get(backend, ()) if backend is not None else ()
-    served = (backend, rng.choice(list(pods))) if backend is not None and pods else None
+    served = (backend, _pick(backend, pods, rng, queue)) if backend is not None and pods else None
     mirrored = []
     for mirror, share in rule.mirrors:
         copies = ready_pods.get(mirror, ())
         if copies and rng.random() < share:
-            mirrored.append((mirror, rng.choice(list(copies))))
+            mirrored.append((mirror, _pick(mirror, copies, rng, queue)))
     return Delivery(served=served, backend=backend, mirrored=tuple(mirrored))
 
 

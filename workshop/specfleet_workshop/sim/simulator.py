@@ -44,6 +44,10 @@ from specfleet_workshop.sim.gateway import (
     HTTPROUTE_GROUP,
     HTTPROUTE_PLURAL,
     HTTPROUTE_VERSION,
+    INFERENCE_GROUP,
+    INFERENCE_POOL,
+    INFERENCE_VERSION,
+    INFERENCEPOOL_PLURAL,
     Backend,
     Routes,
     StreamState,
@@ -523,13 +527,18 @@ class Simulator:
             rules = self._routes.rules.get(stream.route, ())
             while state.next_arrival <= now:
                 arrival = state.next_arrival
-                delivery = route_request(rules, stream.headers, ready, state.rng)
+                delivery = route_request(rules, stream.headers, ready, state.rng, self._queue)
                 state.counts.add(delivery)
                 for _, key in (*([delivery.served] if delivery.served else []), *delivery.mirrored):
                     engine = self._pods[key].engine
                     assert engine is not None  # ready pods only
                     engine.arrive(arrival)
                 state.next_arrival += state.rng.expovariate(stream.load)
+
+    def _queue(self, key: str) -> int:
+        """A Ready pod's waiting and running requests (call with the lock)."""
+        engine = self._pods[key].engine
+        return 0 if engine is None else engine.metrics.waiting + engine.metrics.running
 
     def _read_routes_forever(self) -> None:
         while not self.stopping.wait(TICK_SECONDS):
@@ -561,12 +570,18 @@ class Simulator:
         selectors = {}
         for backend in read.backends():
             try:
-                service = core.read_namespaced_service(backend.name, backend.namespace)
+                if backend.kind == INFERENCE_POOL:
+                    pool = custom.get_namespaced_custom_object(
+                        INFERENCE_GROUP, INFERENCE_VERSION, backend.namespace, INFERENCEPOOL_PLURAL, backend.name
+                    )
+                    matched = ((pool if isinstance(pool, dict) else {}).get("spec") or {}).get("selector") or {}
+                    selectors[backend] = dict(matched.get("matchLabels") or {})
+                else:
+                    service = core.read_namespaced_service(backend.name, backend.namespace)
+                    selectors[backend] = dict((service.spec.selector if service.spec else None) or {})
             except kubernetes.client.ApiException as error:
-                if error.status != 404:
+                if error.status != 404:  # a missing backend (or InferencePool kind) has no pods
                     raise
-                continue
-            selectors[backend] = dict((service.spec.selector if service.spec else None) or {})
         return Routes(rules=rules, selectors=selectors)
 
     def set_routes(self, routes: Routes) -> None:
