@@ -655,7 +655,8 @@ class Reconciler:
         return bool(routing and routing.http_route) and self.kube.has_kind(HTTPROUTE_API_VERSION, "HTTPRoute")
 
     def _desired_children(self, sdep: SpeculativeDeployment, decision: Decision) -> list[Manifest]:
-        children = [service(sdep, canary_traffic=decision.canary_traffic, holdback_traffic=decision.holdback_traffic)]
+        users_on_canary = decision.canary_traffic and not decision.canary_mirror  # a shadow step serves none
+        children = [service(sdep, canary_traffic=users_on_canary, holdback_traffic=decision.holdback_traffic)]
         routed = self._routed(sdep)
         with_holdback = Track.HOLDBACK in decision.targets
         for track, target in decision.targets.items():
