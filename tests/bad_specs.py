@@ -75,6 +75,8 @@ def custom(*guardrails: dict[str, Any]) -> dict[str, Any]:
 
 
 WORSE = {"maxWorsening": 0.01}
+ROUTED = {"httpRoute": {"name": "llm"}}
+"""Traffic split by an HTTPRoute, which a shadow step needs."""
 
 
 BAD_SPECS: list[BadSpec] = [
@@ -292,6 +294,102 @@ BAD_SPECS: list[BadSpec] = [
         "less than or equal to 100",
     ),
     BadSpec("no-steps", spec(rollout={"steps": []}), "spec.rollout.steps", "at least 1", "at least 1"),
+    BadSpec(
+        "step-mirror-zero",
+        spec(rollout={"steps": [{"mirror": 0}], "trafficRouting": ROUTED}),
+        "spec.rollout.steps[0].mirror",
+        "greater than or equal to 1",
+        "greater than or equal to 1",
+    ),
+    BadSpec(
+        "step-mirror-negative",
+        spec(rollout={"steps": [{"mirror": -20}], "trafficRouting": ROUTED}),
+        "spec.rollout.steps[0].mirror",
+        "greater than or equal to 1",
+        "greater than or equal to 1",
+    ),
+    BadSpec(
+        "step-mirror-100",
+        spec(rollout={"steps": [{"mirror": 100}], "trafficRouting": ROUTED}),
+        "spec.rollout.steps[0].mirror",
+        "less than or equal to 99",
+        "less than or equal to 99",
+    ),
+    BadSpec(
+        "step-weight-and-mirror",
+        spec(rollout={"steps": [{"weight": 10, "mirror": 10}], "trafficRouting": ROUTED}),
+        "spec.rollout.steps[0]",
+        "exactly one of weight",
+        "exactly one of weight",
+    ),
+    BadSpec(
+        "step-neither-weight-nor-mirror",
+        spec(rollout={"steps": [{"pause": {}}]}),
+        "spec.rollout.steps[0]",
+        "exactly one of weight",
+        "exactly one of weight",
+    ),
+    BadSpec(
+        "mirror-in-replica-ratio-mode",
+        spec(rollout={"steps": [{"mirror": 20}, {"weight": 50}]}),
+        "spec.rollout.steps",
+        "steps[].mirror needs trafficRouting.httpRoute",
+        "steps[].mirror needs trafficRouting.httpRoute",
+    ),
+    BadSpec(
+        "canary-header-name-with-a-colon",
+        spec(
+            rollout={"trafficRouting": {"httpRoute": {"name": "llm", "canaryHeader": {"name": "x-a:b", "value": "1"}}}}
+        ),
+        "spec.rollout.trafficRouting.httpRoute.canaryHeader.name",
+        "should match pattern",
+        "should match",
+    ),
+    BadSpec(
+        "canary-header-name-empty",
+        spec(rollout={"trafficRouting": {"httpRoute": {"name": "llm", "canaryHeader": {"name": "", "value": "1"}}}}),
+        "spec.rollout.trafficRouting.httpRoute.canaryHeader.name",
+        "at least 1 character",
+        "at least 1",
+    ),
+    BadSpec(
+        "canary-header-value-with-a-newline",
+        spec(
+            rollout={
+                "trafficRouting": {
+                    "httpRoute": {"name": "llm", "canaryHeader": {"name": "x-canary", "value": "yes\r\nx-admin: 1"}}
+                }
+            }
+        ),
+        "spec.rollout.trafficRouting.httpRoute.canaryHeader.value",
+        "should match pattern",
+        "should match",
+    ),
+    BadSpec(
+        "canary-header-value-too-long",
+        spec(
+            rollout={
+                "trafficRouting": {"httpRoute": {"name": "llm", "canaryHeader": {"name": "x-c", "value": "v" * 4097}}}
+            }
+        ),
+        "spec.rollout.trafficRouting.httpRoute.canaryHeader.value",
+        "at most 4096 characters",
+        "4096",
+    ),
+    BadSpec(
+        "mirror-with-max-surge",
+        spec(rollout={"steps": [{"mirror": 20}], "trafficRouting": ROUTED, "maxSurge": 1}),
+        "spec.rollout.steps",
+        "steps[].mirror cannot be used with maxSurge",
+        "steps[].mirror cannot be used with maxSurge",
+    ),
+    BadSpec(
+        "shadow-step-after-users",
+        spec(rollout={"steps": [{"weight": 10}, {"mirror": 20}], "trafficRouting": ROUTED}),
+        "spec.rollout.steps",
+        "shadow steps come before",
+        "shadow steps come before",
+    ),
     BadSpec(
         "gpu-memory-above-one",
         spec(engine={"gpuMemoryUtilization": 1.5}),

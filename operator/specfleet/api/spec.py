@@ -523,12 +523,37 @@ class Pause(ApiModel):
 
 
 class Step(ApiModel):
-    """One canary step: send `weight` percent of traffic to the canary, then pause."""
+    """One canary step: send `weight` percent of users' requests to the canary, or (a shadow step) copy `mirror`
+    percent of stable's requests to it, then pause."""
 
-    weight: Annotated[int, Field(ge=1, le=100)]
-    """Canary share of traffic in percent."""
+    weight: Annotated[int, Field(ge=1, le=100)] | None = None
+    """Canary share of users' requests in percent."""
+    mirror: Annotated[int, Field(ge=1, le=99)] | None = None
+    """A shadow step: percent of stable's requests copied to the canary (the HTTPRoute's `RequestMirror` filter;
+    its answers are discarded), while every user is served by stable. The canary is judged on those real
+    prompts, so a bad drafter is rolled back before any user meets it. Below 100: it measures a sample of
+    stable's requests, with its pods sized to carry that share (as a step of the same `weight` would). Needs
+    `trafficRouting.httpRoute`; shadow steps come before the steps that serve users."""
     pause: Pause | None = None
-    """Hold after the weight is set; without it the step ends at its first passing analysis."""
+    """Hold after the weight (or mirror) is set; without it the step ends at its first passing analysis."""
+
+    rules = (
+        Rule(
+            cel="has(self.weight) != has(self.mirror)",
+            message="a step sets exactly one of weight (users served by the canary) and mirror (a shadow step)",
+            holds=lambda s: (s.weight is None) != (s.mirror is None),
+        ),
+    )
+
+    @property
+    def share(self) -> int:
+        """Percent of stable's requests the canary's pods see: the users' (`weight`) or the copies (`mirror`)."""
+        return self.weight if self.weight is not None else self.mirror or 0
+
+    @property
+    def users(self) -> int:
+        """Percent of users' requests the canary serves: 0 in a shadow step."""
+        return self.weight or 0
 
 
 DEFAULT_STEPS = [Step(weight=10, pause=Pause(duration="5m")), Step(weight=50, pause=Pause(duration="10m"))]
@@ -772,6 +797,15 @@ class HoldbackSpec(ApiModel):
     promotion has happened."""
 
 
+class HeaderMatch(ApiModel):
+    """An HTTP header with an exact value, as a Gateway API `HTTPHeaderMatch` of type `Exact` matches it."""
+
+    name: Annotated[str, Field(min_length=1, max_length=256, pattern=r"^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$")]
+    """The header's name (an HTTP token, compared case-insensitively by gateways), e.g. `x-canary`."""
+    value: Annotated[str, Field(min_length=1, max_length=4096, pattern=r"^[ -~]+$")]
+    """Its exact value: printable ASCII, as a gateway compares it."""
+
+
 class HTTPRouteRef(ApiModel):
     """A Gateway API HTTPRoute whose backend weights specfleet sets."""
 
@@ -781,6 +815,11 @@ class HTTPRouteRef(ApiModel):
     """Defaults to the SpeculativeDeployment's namespace. A route in another namespace is written only when a
     ReferenceGrant there lets SpeculativeDeployments of this namespace refer to HTTPRoutes (all, or this one);
     until then the fleet is held (SpecValid False)."""
+    canary_header: HeaderMatch | None = None
+    """Opt-in: requests carrying this header (internal testers', say) are answered by the canary at every step
+    of a live canary, shadow steps included. Rendered as an HTTPRoute rule beside each rule that sends to the
+    stable Service, with the same matches plus this header (more header matches win among a route's rules),
+    named `<fleet>-canary-header-<n>`, and removed when the canary ends."""
 
 
 class TrafficRouting(ApiModel):
@@ -832,11 +871,36 @@ class RolloutSpec(ApiModel):
             holds=lambda r: not (_is_zero(r.max_surge) and _is_zero(r.max_unavailable)),
         ),
         Rule(
-            cel="!has(self.steps) || self.steps.map(s, s.weight).isSorted() && self.steps.all(s, "
-            "self.steps.exists_one(t, t.weight == s.weight))",
+            cel="!has(self.steps) || self.steps.filter(s, has(s.weight)).map(s, s.weight).isSorted() && "
+            "self.steps.filter(s, has(s.weight)).all(s, "
+            "self.steps.exists_one(t, has(t.weight) && t.weight == s.weight))",
             message="steps[].weight must be strictly increasing",
             field_path=".steps",
-            holds=lambda r: all(a.weight < b.weight for a, b in zip(r.steps, r.steps[1:], strict=False)),
+            holds=lambda r: all(a < b for a, b in pairwise(s.weight for s in r.steps if s.weight is not None)),
+        ),
+        Rule(
+            cel="!has(self.steps) || self.steps.map(s, has(s.weight) ? 1 : 0).isSorted()",
+            message="steps[].mirror: shadow steps come before the steps that serve users (weight)",
+            field_path=".steps",
+            holds=lambda r: all(a.mirror is not None or b.mirror is None for a, b in pairwise(r.steps)),
+        ),
+        Rule(
+            cel="!has(self.steps) || !self.steps.exists(s, has(s.mirror)) || "
+            "has(self.trafficRouting) && has(self.trafficRouting.httpRoute)",
+            message="steps[].mirror needs trafficRouting.httpRoute: a shadow step copies requests with the route's "
+            "RequestMirror filter, and replica-ratio splitting (one Service over both tracks) cannot copy a request",
+            field_path=".steps",
+            holds=lambda r: (
+                all(s.mirror is None for s in r.steps)
+                or (r.traffic_routing is not None and r.traffic_routing.http_route is not None)
+            ),
+        ),
+        Rule(
+            cel="!has(self.steps) || !self.steps.exists(s, has(s.mirror)) || !has(self.maxSurge)",
+            message="steps[].mirror cannot be used with maxSurge: a shadow step's canary pods serve no user, so "
+            "they cannot take the place of stable's pods (leave maxSurge unset: they run on top of replicas)",
+            field_path=".steps",
+            holds=lambda r: all(s.mirror is None for s in r.steps) or r.max_surge is None,
         ),
     )
 

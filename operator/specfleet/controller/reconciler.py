@@ -514,10 +514,17 @@ class Reconciler:
             self.kube.merge_patch("apps/v1", "Deployment", key[0], observed["metadata"]["name"], body)
 
     def _set_canary_route_weights(self, sdep: SpeculativeDeployment, decision: Decision) -> None:
-        """After the children: the HTTPRoute sends traffic to the canary or the holdback only once their
-        Services exist (weights back to 0 were set first, by `_take_traffic_off_canary`)."""
-        if self._routed(sdep) and any(decision.route_weights.values()):
-            self._set_route_weights(sdep, decision.route_weight(Track.CANARY), decision.route_weight(Track.HOLDBACK))
+        """After the children: the HTTPRoute sends (or, in a shadow step, mirrors) traffic to the canary or the
+        holdback only once their Services exist (weights back to 0 were set first, by `_take_traffic_off_canary`)."""
+        pinned = decision.canary_traffic and decision.target(Track.CANARY) is not None
+        if self._routed(sdep) and (any(decision.route_weights.values()) or decision.canary_mirror or pinned):
+            self._set_route_weights(
+                sdep,
+                decision.route_weight(Track.CANARY),
+                decision.route_weight(Track.HOLDBACK),
+                decision.canary_mirror,
+                pinned=pinned,
+            )
 
     def _prune_children(
         self,
@@ -648,7 +655,8 @@ class Reconciler:
         return bool(routing and routing.http_route) and self.kube.has_kind(HTTPROUTE_API_VERSION, "HTTPRoute")
 
     def _desired_children(self, sdep: SpeculativeDeployment, decision: Decision) -> list[Manifest]:
-        children = [service(sdep, canary_traffic=decision.canary_traffic, holdback_traffic=decision.holdback_traffic)]
+        users_on_canary = decision.canary_traffic and not decision.canary_mirror  # a shadow step serves none
+        children = [service(sdep, canary_traffic=users_on_canary, holdback_traffic=decision.holdback_traffic)]
         routed = self._routed(sdep)
         with_holdback = Track.HOLDBACK in decision.targets
         for track, target in decision.targets.items():
@@ -668,8 +676,18 @@ class Reconciler:
         ref = routing.http_route if routing is not None else None
         return f"{ref.namespace or sdep.metadata.namespace}/{ref.name}" if ref is not None else None
 
-    def _set_route_weights(self, sdep: SpeculativeDeployment, weight: int, holdback_weight: int = 0) -> None:
-        """Set the fleet's backend weights on the user's HTTPRoute (only those; the route stays theirs)."""
+    def _set_route_weights(
+        self,
+        sdep: SpeculativeDeployment,
+        weight: int,
+        holdback_weight: int = 0,
+        mirror: int = 0,
+        *,
+        pinned: bool = False,
+    ) -> None:
+        """Set the fleet's backend weights, its canary mirror and (`pinned`: the canary takes traffic) the rules
+        sending `canaryHeader` requests to the canary on the user's HTTPRoute (only those; the route stays
+        theirs)."""
         routing = sdep.spec.rollout.traffic_routing
         ref = routing.http_route if routing is not None else None
         if ref is None:  # the callers ask `_routed` first
@@ -682,7 +700,10 @@ class Reconciler:
             )
             return
         rules = route.get("spec", {}).get("rules") or []
-        wanted = route_rules(sdep, rules, weight, holdback_weight, route_namespace=namespace)
+        header = ref.canary_header if pinned else None
+        wanted = route_rules(
+            sdep, rules, weight, holdback_weight, route_namespace=namespace, canary_mirror=mirror, canary_header=header
+        )
         if wanted != rules:
             body = {"metadata": {"resourceVersion": route["metadata"]["resourceVersion"]}, "spec": {"rules": wanted}}
             self.kube.merge_patch(HTTPROUTE_API_VERSION, "HTTPRoute", namespace, ref.name, body)

@@ -10,12 +10,13 @@ ServiceAccount): a cluster's own admission keeps them so, and a relaxation is th
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 from specfleet.api.durations import parse_duration
 from specfleet.api.problems import InvalidSpecError, Problem
 from specfleet.api.resource import SpeculativeDeployment
-from specfleet.api.spec import SpeculativeDeploymentSpec, SpeculativeMethod, SpeculativeSpec
+from specfleet.api.spec import HeaderMatch, SpeculativeDeploymentSpec, SpeculativeMethod, SpeculativeSpec
 from specfleet.api.vocabulary import (
     ALWAYS_SERVED,
     ANNOTATION_HTTP_ROUTE,
@@ -338,7 +339,7 @@ def render(sdep: SpeculativeDeployment, track: Track = Track.STABLE) -> list[Man
         for index in range(len(spec.candidates)):
             tried = spec.candidate_spec(index)
             shown = sdep.model_copy(update={"spec": tried})
-            replicas = canary_replicas(spec.main_replicas, spec.rollout.steps[0].weight)
+            replicas = canary_replicas(spec.main_replicas, spec.rollout.steps[0].share)
             slices.append(deployment(shown, track, revision(tried), replicas, candidate=index))
         return [service(sdep), *slices]
     if track is Track.HOLDBACK:
@@ -351,7 +352,7 @@ def render(sdep: SpeculativeDeployment, track: Track = Track.STABLE) -> list[Man
     if track is Track.STABLE:
         replicas = spec.main_replicas
     else:
-        replicas = canary_replicas(spec.main_replicas, spec.rollout.steps[0].weight)
+        replicas = canary_replicas(spec.main_replicas, spec.rollout.steps[0].share)
     rendered = deployment(sdep, track, revision(spec), replicas, always_served=always and track is Track.STABLE)
     return [service(sdep), service(sdep, track), rendered]
 
@@ -362,12 +363,18 @@ def route_rules(
     canary_weight: int,
     holdback_weight: int = 0,
     route_namespace: str | None = None,
+    canary_mirror: int = 0,
+    canary_header: HeaderMatch | None = None,
 ) -> list[dict[str, Any]]:
     """An HTTPRoute's rules with the fleet's backend weights set: canary w, holdback h, stable the rest.
 
     Only backendRefs to this fleet's track Services are touched: by name, in the fleet's namespace (a ref
     without a namespace is in the route's, `route_namespace`, default the fleet's); a rule that sends to the
-    stable Service gains a canary (holdback) ref while that track takes traffic and loses it afterwards.
+    stable Service gains a canary (holdback) ref while that track takes traffic and loses it afterwards. In a
+    shadow step (`canary_mirror` percent) such a rule also gets the Gateway API's `RequestMirror` filter copying
+    that share of its requests to the canary Service, and loses it afterwards; the route's other filters stay.
+    With `canary_header`, each such rule gets a twin (`<fleet>-canary-header-<n>`) that sends the requests
+    carrying the header to the canary alone; the twins go when it is None.
     """
     names = {track: child_name(sdep, track) for track in SINGLE_TRACKS}
     weights = {Track.CANARY: canary_weight, Track.HOLDBACK: min(holdback_weight, 100 - canary_weight)}
@@ -379,8 +386,15 @@ def route_rules(
             core_service and ref.get("name") in names.values() and ref.get("namespace", here) == sdep.metadata.namespace
         )
 
-    updated = []
+    def mirrors_to_canary(rule_filter: dict[str, Any]) -> bool:
+        ref = (rule_filter.get("requestMirror") or {}).get("backendRef") or {}
+        return rule_filter.get("type") == "RequestMirror" and fleets(ref) and ref.get("name") == names[Track.CANARY]
+
+    pinned = f"{sdep.metadata.name}-canary-header-"
+    updated, twins = [], []
     for rule in rules:
+        if str(rule.get("name", "")).startswith(pinned):
+            continue
         refs = [dict(ref) for ref in rule.get("backendRefs") or []]
         stable_refs = [ref for ref in refs if fleets(ref) and ref.get("name") == names[Track.STABLE]]
         if not stable_refs:
@@ -389,5 +403,33 @@ def route_rules(
         others = [ref for ref in refs if not fleets(ref)]
         mine = [{**stable_refs[0], "weight": 100 - sum(weights.values())}]
         mine += [{**stable_refs[0], "name": names[t], "weight": w} for t, w in weights.items() if w > 0]
-        updated.append({**rule, "backendRefs": others + mine})
-    return updated
+        written = {key: value for key, value in rule.items() if key != "filters"} | {"backendRefs": others + mine}
+        filters = [f for f in rule.get("filters") or [] if not mirrors_to_canary(f)]
+        if canary_mirror > 0:
+            target = {k: v for k, v in stable_refs[0].items() if k != "weight"} | {"name": names[Track.CANARY]}
+            filters.append({"type": "RequestMirror", "requestMirror": {"backendRef": target, "percent": canary_mirror}})
+        if filters:
+            written["filters"] = filters
+        updated.append(written)
+        if canary_header is not None:
+            twins.append(_header_twin(rule, stable_refs[0], names[Track.CANARY], canary_header, mirrors_to_canary))
+    return updated + [{**twin, "name": f"{pinned}{n}"} for n, twin in enumerate(twins)]
+
+
+def _header_twin(
+    rule: dict[str, Any],
+    stable_ref: dict[str, Any],
+    canary: str,
+    header: HeaderMatch,
+    mirrors_to_canary: Callable[[dict[str, Any]], bool],
+) -> dict[str, Any]:
+    """A copy of a rule sending to stable whose matches also need `header`, sending to the canary alone."""
+    wanted = {"type": "Exact", "name": header.name, "value": header.value}
+    matches = [{**match, "headers": [*(match.get("headers") or []), wanted]} for match in rule.get("matches") or [{}]]
+    twin = {key: value for key, value in rule.items() if key not in ("name", "backendRefs", "filters", "matches")}
+    twin["matches"] = matches
+    twin["backendRefs"] = [{**{k: v for k, v in stable_ref.items() if k != "weight"}, "name": canary}]
+    filters = [f for f in rule.get("filters") or [] if f.get("type") != "RequestMirror" or not mirrors_to_canary(f)]
+    if filters:
+        twin["filters"] = filters
+    return twin

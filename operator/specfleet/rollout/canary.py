@@ -189,7 +189,7 @@ def crash_reason(p: Pass, track: TrackObservation, accepted: int | None = None, 
 def step_replicas(p: Pass) -> int:
     """The current step's canary replicas; when pods move within maxSurge, stable keeps one to compare with."""
     total = p.spec.main_replicas
-    wanted = canary_replicas(total, p.spec.rollout.steps[p.status.current_step or 0].weight)
+    wanted = canary_replicas(total, p.spec.rollout.steps[p.status.current_step or 0].share)
     return min(wanted, total - 1) if budget(p.spec) is not None and total > 1 else wanted
 
 
@@ -306,7 +306,7 @@ def _end_step(p: Pass) -> Pass | Decided:
 def _no_baseline(p: Pass) -> bool:
     """Nothing to compare the canary with: stable has no Ready pod, or an HTTPRoute gives it no traffic."""
     step = p.spec.rollout.steps[p.status.current_step or 0]
-    return p.obs.track(Track.STABLE).ready == 0 or (p.obs.routed and step.weight >= 100)
+    return p.obs.track(Track.STABLE).ready == 0 or (p.obs.routed and step.users >= 100)
 
 
 def _hold_step(p: Pass) -> Pass | Decided:

@@ -7,7 +7,7 @@ through them in order and `_finish` turns the last one into a `Decision`.
 from datetime import timedelta
 
 from specfleet.api.durations import parse_duration
-from specfleet.api.spec import SpeculativeDeploymentSpec
+from specfleet.api.spec import SpeculativeDeploymentSpec, Step
 from specfleet.api.status import Outcome, Phase, SpeculativeDeploymentStatus, StatusChanges
 from specfleet.api.vocabulary import Command, ConditionType, Track, command_target
 from specfleet.autotune.candidates import base_spec
@@ -266,18 +266,38 @@ def _with_replica_counts(p: Pass) -> Pass:
 
 def _route_weight(p: Pass) -> int:
     """The canary's HTTPRoute weight: its step's once the step is Ready, the previous step's meanwhile."""
-    status, steps = p.status, p.spec.rollout.steps
+    status = p.status
     if not p.canary_traffic:
         return 0
     if status.canary_revision is None:
         return 100 if status.retiring_revision is not None else 0  # stable has nothing Ready
     if status.current_step is None or status.canary_revision == status.stable_revision:
         return 0
+    if p.spec.rollout.steps[status.current_step].weight is None:  # a shadow step: no user meets the canary
+        return 0
     if status.step_ready_at is None and budget(p.spec) is not None:  # pods move one by one: their share
         serving = p.obs.track(Track.CANARY).serving + p.obs.track(Track.STABLE).serving
         return round(100 * p.obs.track(Track.CANARY).serving / serving) if serving else 0
+    return _routed_step(p).users
+
+
+def _routed_step(p: Pass) -> Step:
+    """The step the route follows: the current one once it is Ready, the previous one meanwhile."""
+    status, steps = p.status, p.spec.rollout.steps
+    assert status.current_step is not None
     index = status.current_step if status.step_ready_at is not None else max(0, status.current_step - 1)
-    return steps[index].weight
+    return steps[index]
+
+
+def _route_mirror(p: Pass) -> int:
+    """The percent of stable's requests the HTTPRoute copies to the canary: a shadow step's `mirror`, as
+    `_route_weight` follows steps; 0 whenever the canary takes no traffic or serves users."""
+    status = p.status
+    if not p.canary_traffic or status.canary_revision is None or status.current_step is None:
+        return 0
+    if status.canary_revision == status.stable_revision:
+        return 0
+    return _routed_step(p).mirror or 0
 
 
 def _slice_targets(p: Pass) -> tuple[tuple[int, TrackTarget], ...]:
@@ -324,9 +344,10 @@ def _canary_target(p: Pass) -> tuple[TrackTarget | None, int, int | None]:
     if status.canary_revision == status.stable_revision:  # promoting
         return TrackTarget(status.canary_revision, config, max(obs.track(Track.CANARY).ready, 1)), total, None
     assert status.current_step is not None
-    wanted = canary_replicas(total, spec.rollout.steps[status.current_step].weight)
+    step = spec.rollout.steps[status.current_step]
+    wanted = canary_replicas(total, step.share)
     ready = obs.track(Track.CANARY).ready if obs.track(Track.CANARY).revision == status.canary_revision else 0
-    serving = min(ready, wanted) if p.canary_traffic else 0
+    serving = min(ready, wanted) if p.canary_traffic and step.users else 0  # a shadow step's pods serve no user
     stable_replicas = max(1, total - serving) if serving and total > 1 else total
     if p.canary_traffic:  # serving canary pods beyond the step's share go once stable covers
         wanted = max(wanted, min(ready, total - obs.track(Track.STABLE).ready))
@@ -393,6 +414,7 @@ def _finish(p: Pass) -> Decision:
         analysis_due=p.analysis_due,
         fleet_look_due=p.fleet_look_due,
         route_weights={track: weight for track, weight in weights.items() if weight},
+        canary_mirror=_route_mirror(p),
         keep_canary=keep,
         retiring_replicas=retiring if keep else None,
         capacity_due=p.capacity_due,

@@ -120,7 +120,7 @@ def _start(p: Pass, desired: str) -> Pass:
 
 def slice_replicas(spec: SpeculativeDeploymentSpec) -> int:
     """Replicas of one side-by-side candidate: the first step's share, as a sequential candidate gets."""
-    return canary_replicas(spec.main_replicas, spec.rollout.steps[0].weight)
+    return canary_replicas(spec.main_replicas, spec.rollout.steps[0].share)
 
 
 def _one_after_another_because(p: Pass, pending: list[CandidateResult]) -> str:

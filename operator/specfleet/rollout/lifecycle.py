@@ -37,7 +37,9 @@ FRESH_EVIDENCE: Final = StatusChanges(
 
 def step_label(p: Pass) -> str:
     steps, index = p.spec.rollout.steps, p.status.current_step or 0
-    return f"step {index + 1}/{len(steps)} ({steps[index].weight}%)"
+    step = steps[index]
+    share = f"{step.weight}%" if step.weight is not None else f"shadow, mirror {step.mirror}%"
+    return f"step {index + 1}/{len(steps)} ({share})"
 
 
 def fail_canary(

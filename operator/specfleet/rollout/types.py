@@ -199,6 +199,8 @@ class Decision:
     route_weights: Mapping[Track, int] = field(default_factory=dict)
     """HTTPRoute weights (percent) of the tracks beside stable, which takes the rest: the canary's is the current
     step's weight while it takes traffic, the holdback's its share (`rollout.holdback`). A track left out: 0."""
+    canary_mirror: int = 0
+    """Percent of stable's requests the HTTPRoute copies to the canary (a shadow step's `mirror`); 0: none."""
     preflight: TrackTarget | None = None
     """A preflight Job should exist for this revision and serving config (replicas unused); the shell
     deletes the fleet's preflight Jobs for any other revision."""

@@ -279,6 +279,46 @@ def route_writes(kube: RecordingKube) -> list[tuple[str, ...]]:
     return [w for w in kube.writes if w[:3] == ("patch", "gateway.networking.k8s.io/v1", "HTTPRoute")]
 
 
+class BodyRecordingKube(RecordingKube):
+    """Also keeps the bodies of what it patches and creates."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bodies: list[dict[str, Any]] = []
+
+    def merge_patch(self, *args: Any) -> None:
+        super().merge_patch(*args)
+        self.bodies.append(args[4])
+
+    def create(self, manifest: dict[str, Any]) -> None:
+        super().create(manifest)
+        self.bodies.append(manifest)
+
+
+def test_a_shadow_step_mirrors_on_the_route_and_keeps_the_fleet_service_on_stable() -> None:
+    """Users reach the fleet through the route or its Service `<name>`: in a shadow step neither sends them to
+    the canary; the route copies half of stable's requests to it."""
+    shadow = {"steps": [{"mirror": 50, "pause": {}}], "analysis": {"interval": "1m"}}
+    store, _ = canary_world(rollout={**shadow, "trafficRouting": {"httpRoute": {"name": "llm"}}})
+    kube = BodyRecordingKube()
+    kube.kinds = {"HTTPRoute"}
+    stable = {"name": f"{KEY[1]}-stable", "port": 8000}
+    route = {"metadata": {"name": "llm", "namespace": KEY[0], "resourceVersion": "5"},
+             "spec": {"rules": [{"backendRefs": [stable]}]}}  # fmt: skip
+    kube.objects["HTTPRoute", KEY[0], "llm"] = route
+    reconcile(kube, store)
+    [rules] = [b["spec"]["rules"] for b in kube.bodies if "rules" in b.get("spec", {})]
+    canary = {"name": f"{KEY[1]}-canary", "port": 8000}
+    assert rules == [
+        {
+            "backendRefs": [{**stable, "weight": 100}],
+            "filters": [{"type": "RequestMirror", "requestMirror": {"backendRef": canary, "percent": 50}}],
+        }
+    ]
+    [fleet_service] = [b for b in kube.bodies if b.get("kind") == "Service" and b["metadata"]["name"] == KEY[1]]
+    assert fleet_service["spec"]["selector"]["specfleet.io/track"] == "stable"
+
+
 def test_a_route_in_another_namespace_is_not_touched_without_a_reference_grant_and_the_fleet_says_why() -> None:
     store, kube = routed_world(ROUTES_NS)
     reconcile(kube, store)

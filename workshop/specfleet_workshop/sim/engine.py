@@ -409,6 +409,14 @@ class Engine:
         self.advance_to(now)  # an idle engine plans its next step now
         return client
 
+    def arrive(self, now: float) -> None:
+        """A request like the scenario's own arrives at `now` from outside (the stand-in gateway routed it here)."""
+        self.advance_to(now)
+        self._enqueue_arrivals(now)
+        if len(self._waiting) < MAX_WAITING:
+            self._waiting.append(self._new_request(now))
+        self.advance_to(now)
+
     def abort(self, client: ClientRequest) -> None:
         """The client went away: a waiting request is dropped, a running one ends with the step in flight.
 

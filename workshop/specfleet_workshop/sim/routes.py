@@ -8,6 +8,7 @@ All on one loopback port:
     GET  .../v1/models                    the served model, for OpenAI clients
     GET /scenario, PUT /scenario          the scenario document (YAML or JSON body; 400 names bad fields)
     GET /pods                             what is simulated: matched pair, expected acceptance, step time
+    GET /gateway                          the stand-in gateway's streams: requests served and mirrored per backend
     GET /healthz
 """
 
@@ -70,6 +71,8 @@ class SimulatorApi(Protocol):
     def set_scenario(self, scenario: Scenario) -> None: ...
 
     def describe(self) -> list[dict[str, Any]]: ...
+
+    def gateway(self) -> list[dict[str, Any]]: ...
 
     def restart(self, namespace: str, name: str) -> bool: ...
 
@@ -142,6 +145,8 @@ def handler_for(sim: SimulatorApi) -> type[LoopbackHandler]:
                 self._send(HTTPStatus.OK, dump_scenario(sim.scenario).encode(), "application/yaml")
             elif path == "/pods":
                 self._send(HTTPStatus.OK, json.dumps(sim.describe(), indent=1).encode(), "application/json")
+            elif path == "/gateway":
+                self._send(HTTPStatus.OK, json.dumps(sim.gateway(), indent=1).encode(), "application/json")
             elif (route := openai_route(path)) is not None and route.endpoint == "models":
                 self._models(route)
             elif len(parts) == 4 and parts[0] == "pods" and parts[3] == "metrics":

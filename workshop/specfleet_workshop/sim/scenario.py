@@ -13,6 +13,14 @@ requests, its cost) and the load; never the number Prometheus should show, which
 on, but its /metrics answers an HTTP 500 (`error`) or a 200 whose body is not the exposition format
 (`garbage`), as a broken exporter or a proxy's error page would, so Prometheus records a failed scrape.
 
+`gateway` streams offer a fleet-level load to an HTTPRoute instead: the stand-in gateway (`sim.gateway`)
+routes each request by the route's weights, header matches and RequestMirror filters, as a Gateway API
+implementation would, and the fleets behind the route get no per-pod `load` of their own:
+
+    gateway:
+      - {route: shop/llm, load: 20}
+      - {route: shop/llm, load: 1, headers: {x-canary: "yes"}}
+
 A pod takes the defaults, overridden by the first pair that matches it. `target` matches the model
 argument or the served model name, `drafter` the draft model or the speculative method (so ngram, suffix
 and mtp drafters are matched by method), `none` when the pod does not speculate. Globs are fnmatch
@@ -148,6 +156,19 @@ class ScrapeFault(BaseModel):
     """`error`: HTTP 500; `garbage`: HTTP 200 with a body that is not the Prometheus exposition format."""
 
 
+class GatewayStream(BaseModel):
+    """Requests offered to an HTTPRoute through the stand-in gateway (`sim.gateway`), not to pods one by one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    route: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    """The HTTPRoute, `namespace/name`."""
+    load: Positive
+    """Request arrivals per second at the gateway, for the whole route (Poisson)."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Headers every request of this stream carries (a rule matching them takes it)."""
+
+
 class Scenario(BaseModel):
     """The whole document; replaced as a unit at run time."""
 
@@ -156,6 +177,9 @@ class Scenario(BaseModel):
     defaults: Defaults = Field(default_factory=Defaults)
     pairs: list[Pair] = Field(default_factory=list)
     scrape_faults: list[ScrapeFault] = Field(default_factory=list)
+    gateway: list[GatewayStream] = Field(default_factory=list)
+    """Fleet-level load through the stand-in gateway; the pods of a fleet its routes send to get no `load`
+    of their own (every request they see came through a route)."""
 
 
 def scrape_fault(scenario: Scenario, namespace: str, pod: str) -> ScrapeAnswer | None:

@@ -8,11 +8,14 @@
     sim.stop()
 
 Simulated time is wall time: engines advance to "now" when scraped, once a second on a ticker, and
-before a scenario change (so the old knobs hold until the moment of the change). A completion request
+before a scenario change (so the old knobs hold until the moment of the change). The scenario's `gateway`
+streams are routed (`sim.gateway`, the HTTPRoutes and Services read once a second) up to "now" before any
+engine advances to it. A completion request
 joins its pod's engine and its thread sleeps until each engine step that emits its tokens has ended
 (`streams`).
 """
 
+import dataclasses
 import json
 import logging
 import random
@@ -37,8 +40,33 @@ from specfleet_workshop.sim import completions, model
 from specfleet_workshop.sim.completions import CompletionError, CompletionRequest
 from specfleet_workshop.sim.engine import MAX_WAITING, Engine, EngineConfig, configure
 from specfleet_workshop.sim.exposition import exposition
+from specfleet_workshop.sim.gateway import (
+    HTTPROUTE_GROUP,
+    HTTPROUTE_PLURAL,
+    HTTPROUTE_VERSION,
+    INFERENCE_GROUP,
+    INFERENCE_POOL,
+    INFERENCE_VERSION,
+    INFERENCEPOOL_PLURAL,
+    Backend,
+    Routes,
+    StreamState,
+    fleets_behind,
+    parse_rules,
+    route_request,
+    routing_of,
+    selects,
+)
 from specfleet_workshop.sim.routes import DEFAULT_PORT, OpenAIRoute, handler_for, metrics_path, openai_base_path
-from specfleet_workshop.sim.scenario import Scenario, ScenarioError, ScrapeAnswer, load_scenario, resolve, scrape_fault
+from specfleet_workshop.sim.scenario import (
+    GatewayStream,
+    Scenario,
+    ScenarioError,
+    ScrapeAnswer,
+    load_scenario,
+    resolve,
+    scrape_fault,
+)
 from specfleet_workshop.sim.streams import CompletionStream
 
 log = logging.getLogger(__name__)
@@ -119,6 +147,11 @@ class Simulator:
         self.max_completions = max_completions
         self._turns: dict[tuple[str, str, str], int] = {}
         """Round-robin position per track (namespace, sdep, track) for the track completions route."""
+        self._api_client = api_client
+        self._routes = Routes()
+        """The gateway streams' HTTPRoutes and backend Services, as last read."""
+        self._streams: list[tuple[GatewayStream, StreamState]] = []
+        self._take_streams(scenario, self.clock())
 
     # lifecycle
 
@@ -129,6 +162,8 @@ class Simulator:
             target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, name="sim-http", daemon=True
         ).start()
         threading.Thread(target=self._tick, name="sim-tick", daemon=True).start()
+        if self._api_client is not None:
+            threading.Thread(target=self._read_routes_forever, name="sim-gateway", daemon=True).start()
         self._write_targets()
         if self._source is not None:
             self._source.start()
@@ -183,7 +218,9 @@ class Simulator:
         """Replace the whole document: engines run to now on the old knobs, then continue on the new ones."""
         with self.lock:
             now = self.clock()
+            self._route_arrivals(now)
             self._scenario = scenario
+            self._take_streams(scenario, now)
             for pod in self._pods.values():
                 pod.config, pod.matched = self._configure(pod.info, pod.gpu)
                 if pod.engine is not None:
@@ -266,6 +303,8 @@ class Simulator:
 
     def _configure(self, info: PodInfo, gpu: GpuProduct) -> tuple[EngineConfig, int | None]:
         params = resolve(self._scenario, info.identity)
+        if (info.namespace, info.labels.get(LABEL_NAME)) in fleets_behind(self._routes, LABEL_NAME):
+            params = dataclasses.replace(params, load=0.0)  # its requests come through the gateway
         return configure(info.args, params, gpu), params.matched
 
     def restart(self, namespace: str, name: str) -> bool:
@@ -294,6 +333,7 @@ class Simulator:
                 return HTTPStatus.NOT_FOUND, b"no such simulated pod\n"
             if pod.engine is None:
                 return HTTPStatus.SERVICE_UNAVAILABLE, b"engine not ready\n"
+            self._route_arrivals(self.clock())
             pod.engine.advance_to(self.clock())
             fault = scrape_fault(self._scenario, namespace, name)
             if fault is not None:
@@ -357,6 +397,7 @@ class Simulator:
                 completions.check_length(request, args.max_model_len)
                 engine = pod.engine
                 assert engine is not None  # _serving_pod returns Ready pods only
+                self._route_arrivals(self.clock())
                 engine.advance_to(self.clock())
                 if engine.metrics.waiting >= MAX_WAITING:
                     raise CompletionError(HTTPStatus.SERVICE_UNAVAILABLE, f"pod {pod.info.key} is overloaded")
@@ -435,6 +476,126 @@ class Simulator:
             self.reload_scenario_file()
             with self.lock:
                 now = self.clock()
+                self._route_arrivals(now)
                 for pod in self._pods.values():
                     if pod.engine is not None:
                         pod.engine.advance_to(now)
+
+    # the stand-in gateway
+
+    def gateway(self) -> list[dict[str, Any]]:
+        """What `GET /gateway` shows: each stream's route, headers and where its requests went so far."""
+        with self.lock:
+            self._route_arrivals(self.clock())
+            return [
+                {
+                    "route": stream.route,
+                    "headers": stream.headers,
+                    "load": stream.load,
+                    "routing": routing_of(self._routes.rules.get(stream.route, ()), stream.headers),
+                    **state.counts.document(),
+                }
+                for stream, state in self._streams
+            ]
+
+    def _take_streams(self, scenario: Scenario, now: float) -> None:
+        """The scenario's streams; one that did not change keeps its arrivals and counts."""
+        kept = {stream.model_dump_json(): state for stream, state in self._streams}
+        self._streams = []
+        for index, stream in enumerate(scenario.gateway):
+            state = kept.get(stream.model_dump_json())
+            if state is None:
+                rng = random.Random(f"{self.seed}/gateway/{index}")
+                state = StreamState(rng, now + rng.expovariate(stream.load))
+            self._streams.append((stream, state))
+
+    def _route_arrivals(self, now: float) -> None:
+        """Route every gateway arrival up to `now` to its pods' engines (call with the lock, before any engine
+        advances to `now`, so each engine sees its arrivals in time order)."""
+        if not self._streams:
+            return
+        ready: dict[Backend, list[str]] = {}
+        for backend, selector in self._routes.selectors.items():
+            ready[backend] = sorted(
+                key
+                for key, pod in self._pods.items()
+                if pod.engine is not None
+                and pod.info.namespace == backend.namespace
+                and selects(selector, pod.info.labels)
+            )
+        for stream, state in self._streams:
+            rules = self._routes.rules.get(stream.route, ())
+            while state.next_arrival <= now:
+                arrival = state.next_arrival
+                delivery = route_request(rules, stream.headers, ready, state.rng, self._queue)
+                state.counts.add(delivery)
+                for _, key in (*([delivery.served] if delivery.served else []), *delivery.mirrored):
+                    engine = self._pods[key].engine
+                    assert engine is not None  # ready pods only
+                    engine.arrive(arrival)
+                state.next_arrival += state.rng.expovariate(stream.load)
+
+    def _queue(self, key: str) -> int:
+        """A Ready pod's waiting and running requests (call with the lock)."""
+        engine = self._pods[key].engine
+        return 0 if engine is None else engine.metrics.waiting + engine.metrics.running
+
+    def _read_routes_forever(self) -> None:
+        while not self.stopping.wait(TICK_SECONDS):
+            try:
+                routes = self._read_routes()
+            except (kubernetes.client.ApiException, OSError) as error:
+                log.warning("gateway: routes not read, keeping the last ones: %s", error)
+                continue
+            self.set_routes(routes)
+
+    def _read_routes(self) -> Routes:
+        """The streams' HTTPRoutes and every Service they send or mirror to (a missing one: no rules, no pods)."""
+        assert self._api_client is not None
+        custom = kubernetes.client.CustomObjectsApi(self._api_client)
+        core = kubernetes.client.CoreV1Api(self._api_client)
+        rules = {}
+        for route in {stream.route for stream, _ in self._streams}:
+            namespace, _, name = route.partition("/")
+            try:
+                document = custom.get_namespaced_custom_object(
+                    HTTPROUTE_GROUP, HTTPROUTE_VERSION, namespace, HTTPROUTE_PLURAL, name
+                )
+            except kubernetes.client.ApiException as error:
+                if error.status != 404:
+                    raise
+                continue
+            rules[route] = parse_rules(document if isinstance(document, dict) else {})
+        read = Routes(rules=rules)
+        selectors = {}
+        for backend in read.backends():
+            try:
+                if backend.kind == INFERENCE_POOL:
+                    pool = custom.get_namespaced_custom_object(
+                        INFERENCE_GROUP, INFERENCE_VERSION, backend.namespace, INFERENCEPOOL_PLURAL, backend.name
+                    )
+                    matched = ((pool if isinstance(pool, dict) else {}).get("spec") or {}).get("selector") or {}
+                    selectors[backend] = dict(matched.get("matchLabels") or {})
+                else:
+                    service = core.read_namespaced_service(backend.name, backend.namespace)
+                    selectors[backend] = dict((service.spec.selector if service.spec else None) or {})
+            except kubernetes.client.ApiException as error:
+                if error.status != 404:  # a missing backend (or InferencePool kind) has no pods
+                    raise
+        return Routes(rules=rules, selectors=selectors)
+
+    def set_routes(self, routes: Routes) -> None:
+        """New routes (the route reader calls this; tests may too): arrivals so far go by the old ones; a pod
+        whose fleet came behind a route (or left it) takes its per-pod load off (or back) from now on."""
+        with self.lock:
+            now = self.clock()
+            self._route_arrivals(now)
+            before = fleets_behind(self._routes, LABEL_NAME)
+            self._routes = routes
+            changed = before ^ fleets_behind(routes, LABEL_NAME)
+            for pod in self._pods.values():
+                if (pod.info.namespace, pod.info.labels.get(LABEL_NAME)) in changed:
+                    pod.config, pod.matched = self._configure(pod.info, pod.gpu)
+                    if pod.engine is not None:
+                        pod.engine.advance_to(now)
+                        pod.engine.reconfigure(pod.config, now)

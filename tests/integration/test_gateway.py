@@ -1,0 +1,197 @@
+"""Traffic through the simulator's stand-in gateway (`specfleet_workshop.sim.gateway`): a fleet-level load offered to
+the user's HTTPRoute follows the weights, RequestMirror filters and header matches the operator writes there, to
+the tracks' Ready pods, and the canary is judged from a real Prometheus on the requests the route gave it.
+
+The gateway is a stand-in (as kwok stands in for kubelets); the API server, the HTTPRoute CRD, Prometheus and the
+operator are real. What a test states is what a user has: the drafter's alpha, the load at the gateway, the steps.
+"""
+
+import json
+import math
+import urllib.request
+from typing import Any
+
+import pytest
+
+from specfleet_workshop.devcluster.cluster import ClusterInfo
+from specfleet_workshop.devcluster.gateway import install_httproute_crd
+
+from fleetkit import (
+    EAGLE3_K5,
+    OUTCOME_SECONDS,
+    PLAIN,
+    ROLLOUT,
+    SCENARIO,
+    Fleet,
+    Operator,
+    Simulator,
+    healthy,
+    outcome_of,
+    promotion_of,
+    wait_for,
+)
+
+pytestmark = pytest.mark.integration
+
+ROUTE = {
+    "apiVersion": "gateway.networking.k8s.io/v1",
+    "kind": "HTTPRoute",
+    "metadata": {"name": "llm"},
+    "spec": {"rules": [{"backendRefs": [{"name": "llama-stable", "port": 8000}]}]},
+}
+"""A user's HTTPRoute sending everything to the fleet's stable Service."""
+ROUTED = {"httpRoute": {"name": "llm"}}
+BAD_DRAFTER = {**EAGLE3_K5, "model": "bad/EAGLE3-drafter"}
+
+
+@pytest.fixture(scope="session")
+def httproute_crd(dev_cluster: ClusterInfo) -> None:
+    install_httproute_crd(dev_cluster)
+
+
+def through_gateway(simulator: Simulator, fleet: Fleet, load: float, **streams: dict[str, str]) -> None:
+    """The scenario's drafters, with `load` requests/s offered to the route `llm` (and a stream per header set)."""
+    gateway = [{"route": f"{fleet.namespace}/llm", "load": load}]
+    gateway += [{"route": f"{fleet.namespace}/llm", "load": 5.0, "headers": headers} for headers in streams.values()]
+    simulator.put({**SCENARIO, "gateway": gateway})
+
+
+def gateway(simulator: Simulator) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(f"{simulator.url}/gateway", timeout=60) as answer:
+        return json.loads(answer.read())
+
+
+def backend(stream: dict[str, Any], fleet: Fleet, service: str) -> dict[str, int]:
+    return stream["backends"].get(f"{fleet.namespace}/{service}", {"served": 0, "unserved": 0, "mirrored": 0})
+
+
+def within_sampling_error(count: int, total: int, share: float) -> bool:
+    """`count` of `total` requests routed independently at `share` lies within 4 standard errors of it."""
+    return abs(count - total * share) <= 4 * math.sqrt(total * share * (1 - share)) + 1
+
+
+def at_gate(fleet: Fleet, step: int) -> bool:
+    status = fleet.status("llama")
+    return status.get("currentStep") == step and status.get("phase") == "Paused"
+
+
+def canary_share_at(simulator: Simulator, fleet: Fleet, weight: int) -> tuple[int, int, int]:
+    """Once the gateway routes by `weight`, of the next 1,500 or more requests: those the canary served, all of
+    them, and those not served (no rule took them, or no Ready pod of the backend it picked)."""
+    canary = f"{fleet.namespace}/llama-canary"
+    wait_for(
+        f"the gateway to route {weight}% to the canary",
+        lambda: gateway(simulator)[0]["routing"]["weights"].get(canary) == weight,
+    )
+    before = gateway(simulator)[0]
+    now = wait_for(
+        "1,500 more requests", lambda: (g := gateway(simulator)[0])["requests"] - before["requests"] >= 1500 and g
+    )
+    served = backend(now, fleet, "llama-canary")["served"] - backend(before, fleet, "llama-canary")["served"]
+
+    def unserved(stream: dict[str, Any]) -> int:
+        return stream["unrouted"] + sum(counts["unserved"] for counts in stream["backends"].values())
+
+    return served, now["requests"] - before["requests"], unserved(now) - unserved(before)
+
+
+@pytest.mark.timeout(600)
+def test_the_canary_serves_its_route_weight_of_the_gateways_requests_at_each_step(
+    httproute_crd: None, operator: Operator, simulator: Simulator, fleet: Fleet
+) -> None:
+    through_gateway(simulator, fleet, load=40.0)
+    fleet.apply(ROUTE)
+    steps = [{"weight": 25, "pause": {}}, {"weight": 50, "pause": {}}]
+    healthy(fleet, replicas=4, rollout={"trafficRouting": ROUTED, "steps": steps})
+    fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 2}})
+    for step, weight in enumerate((25, 50)):
+        wait_for(f"step {step + 1}'s gate", lambda: at_gate(fleet, step))  # noqa: B023 (called at once)
+        served, total, unserved = canary_share_at(simulator, fleet, weight)
+        assert within_sampling_error(served, total, weight / 100), (weight, served, total)
+        assert unserved == 0
+        fleet.annotate("llama", "specfleet.io/promote", "now")
+    wait_for("promoted", fleet.phase_is("llama", "Healthy"), timeout=120)
+
+
+def shadow_rollout(*steps: dict[str, Any]) -> dict[str, Any]:
+    return {**ROLLOUT, "trafficRouting": ROUTED, "steps": list(steps)}
+
+
+@pytest.mark.timeout(OUTCOME_SECONDS + 300)
+def test_a_bad_drafter_in_a_shadow_step_is_rolled_back_before_any_user_request_reaches_it(
+    httproute_crd: None, guarded_operator: Operator, simulator: Simulator, fleet: Fleet
+) -> None:
+    """alpha 0.3 against a plain stable, judged on a copy of half of stable's requests: rolled back, and the
+    gateway counted no user-facing request served by (or sent to) the canary."""
+    through_gateway(simulator, fleet, load=30.0)
+    fleet.apply(ROUTE)
+    rollout = shadow_rollout({"mirror": 50, "pause": {"duration": "1s"}}, {"weight": 50, "pause": {"duration": "1s"}})
+    old = healthy(fleet, rollout=rollout, speculative=PLAIN)["stableRevision"]
+    fleet.patch_spec("llama", {"speculative": BAD_DRAFTER})
+    status = outcome_of(fleet)
+    outcome = status["history"][-1]
+    assert outcome["outcome"] == "RolledBack" and "acceptance alpha" in outcome["reason"], outcome
+    assert status["stableRevision"] == old
+    [stream] = gateway(simulator)
+    canary = backend(stream, fleet, "llama-canary")
+    assert canary["served"] == 0 and canary["unserved"] == 0, stream
+    assert canary["mirrored"] > 0, stream  # it was judged on copies of real requests
+
+
+@pytest.mark.timeout(OUTCOME_SECONDS + 300)
+def test_a_good_drafter_is_promoted_through_a_shadow_step_then_a_weighted_one(
+    httproute_crd: None, guarded_operator: Operator, simulator: Simulator, fleet: Fleet
+) -> None:
+    """alpha 0.8 at k 5 against a plain stable: shadow at 50% (the canary's pods see stable's per-pod load),
+    then 25% of users, then promoted; users met the canary only in the weighted step."""
+    through_gateway(simulator, fleet, load=40.0)
+    fleet.apply(ROUTE)
+    rollout = shadow_rollout({"mirror": 50, "pause": {"duration": "1s"}}, {"weight": 25, "pause": {"duration": "1s"}})
+    healthy(fleet, replicas=4, rollout=rollout, speculative=PLAIN)
+    fleet.patch_spec("llama", {"speculative": EAGLE3_K5})
+    canary = wait_for("a canary", lambda: fleet.status("llama").get("canaryRevision"))
+    shadow = wait_for(
+        "the shadow step's analysis",
+        lambda: (s := fleet.status("llama")).get("currentStep") == 0 and s.get("lastAnalysis") and s,
+        timeout=300,  # the first analysis waits for Prometheus to have scraped every canary pod
+    )
+    counts = backend(gateway(simulator)[0], fleet, "llama-canary")
+    assert shadow["lastAnalysis"] and counts["served"] == 0 and counts["mirrored"] > 0
+    promotion_of(fleet, canary)
+    counts = backend(gateway(simulator)[0], fleet, "llama-canary")
+    assert counts["served"] > 0 and counts["mirrored"] > 0
+
+
+@pytest.mark.timeout(600)
+def test_a_request_with_the_canary_header_is_always_answered_by_the_canary(
+    httproute_crd: None, operator: Operator, simulator: Simulator, fleet: Fleet
+) -> None:
+    """Testers' requests carry `x-canary: yes`: the canary answers every one of them, in a shadow step where it
+    answers no other user too."""
+    through_gateway(simulator, fleet, load=20.0, testers={"x-canary": "yes"})
+    fleet.apply(ROUTE)
+    routing = {**ROUTED["httpRoute"], "canaryHeader": {"name": "x-canary", "value": "yes"}}
+    steps = [{"mirror": 50, "pause": {}}, {"weight": 50, "pause": {}}]
+    healthy(fleet, rollout={"trafficRouting": {"httpRoute": routing}, "steps": steps})
+    fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 2}})
+    wait_for("the shadow step's gate", lambda: at_gate(fleet, 0))
+    canary = f"{fleet.namespace}/llama-canary"
+    wait_for("the gateway to pin the testers", lambda: gateway(simulator)[1]["routing"]["weights"] == {canary: 1})
+    testers = gateway(simulator)[1]
+    later = wait_for(
+        "200 more testers' requests",
+        lambda: (g := gateway(simulator))[1]["requests"] >= testers["requests"] + 200 and g,
+        timeout=180,
+    )
+    pinned = backend(later[1], fleet, "llama-canary")["served"] - backend(testers, fleet, "llama-canary")["served"]
+    assert pinned == later[1]["requests"] - testers["requests"], later[1]
+    assert backend(later[0], fleet, "llama-canary")["served"] == 0, later[0]  # users: stable's
+    fleet.annotate("llama", "specfleet.io/abort", "now")
+    wait_for("the pinning rule to go", lambda: all("canary-header" not in str(r) for r in route_rules_of(fleet)))
+
+
+def route_rules_of(fleet: Fleet) -> list[dict[str, Any]]:
+    route = fleet.custom.get_namespaced_custom_object(
+        "gateway.networking.k8s.io", "v1", fleet.namespace, "httproutes", "llm"
+    )
+    return route["spec"]["rules"]
