@@ -4,8 +4,9 @@ An analysis is due every `analysis.interval`; a canary that turns bad should not
 At each pass the shell asks Prometheus for the canary's newest sample (one small query); when it is a scrape
 the watch has not judged yet, it reads both tracks over a few trailing ranges of whole scrapes (one query per
 track and range, `promql.watch_evidence`) and lets the pure `judge.watch` look for a guardrail that surely
-failed. Nothing of it is kept in the status: a look numbered by its scrape since the canary started, repeated
-after a restart, reads the same samples and decides the same.
+failed. Nothing of it is kept in the status: a look is numbered by the scrape interval since the canary started
+that its newest sample falls in, and each number is judged once (in memory: after a restart the interval in
+progress may be judged once more, on the same or a newer sample).
 """
 
 import math
@@ -134,6 +135,13 @@ def read(
     )
 
 
+def _look(sample: float, started: datetime, scrape: float) -> int:
+    """The number of the scrape interval since the canary started that a sample falls in: a look's number.
+    Pods are scraped at their own moments, so one interval can hold several newest samples; only the first
+    is judged, and each number is spent once."""
+    return int((sample - started.timestamp()) // scrape) + 1
+
+
 def _at(unix: float) -> datetime:
     return datetime.fromtimestamp(unix, UTC)
 
@@ -162,17 +170,17 @@ def watch_canary(
         if sample is None or scrape is None or scrape <= 0:
             return retry, known
         due = max(_at(sample + scrape + STORE_SECONDS), now + timedelta(seconds=min(scrape, RETRY_SECONDS) / 2))
-        if known is not None and sample <= known.sample:
-            return Watch(revision, next_at=due), known
-        remembered = Watched(revision, sample, scrape)
         since, started = status.evidence_since, status.canary_started_at
         if since is None or started is None:
-            return Watch(revision, next_at=due), remembered
+            return Watch(revision, next_at=due), Watched(revision, sample, scrape)
+        look = _look(sample, started, scrape)
+        if known is not None and look <= _look(known.sample, started, scrape):
+            return Watch(revision, next_at=due), known  # one look a scrape interval, however many pods
+        remembered = Watched(revision, sample, scrape)
         window = parse_duration(settings.window).total_seconds()
         ranges = watch_ranges(scrape, window, sample - since.timestamp())
         if not ranges:
             return Watch(revision, next_at=due), remembered
-        look = int((sample - started.timestamp()) // scrape) + 1
         custom = sdep.spec.rollout.guardrails.custom
         with WATCH_SECONDS.time():
             recents = [

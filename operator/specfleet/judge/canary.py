@@ -181,8 +181,8 @@ def watch(
 
     Its bounds are one look's, numbered by the scrape (`Recent.look`), at `WATCH_SHARE` of the trailing half
     of the false-failure budget split over the guardrails and the ranges: over a canary's every scrape a good
-    canary is failed by its watches with probability at most (1 - confidence) / 2 x WATCH_SHARE. A look
-    repeated on the same scrape reads the same samples and decides the same, so it spends nothing more.
+    canary is failed by its watches with probability at most (1 - confidence) / 2 x WATCH_SHARE, when each
+    number is looked at once (the shell's rule; a look repeated on the same samples decides the same).
     """
     if not ranges:
         return None

@@ -116,3 +116,17 @@ def test_one_query_reads_every_field_of_a_track() -> None:
     evidence = read(Prometheus(alpha=0.3), promql.TrackSelector("ns", "f", "canary", "c1"), 10, SAMPLE)
     assert evidence.drafts == 900 and evidence.alpha == 0.3 and evidence.requests == 10
     assert evidence.request_rate_per_pod == (1.0,) and evidence.seconds == 10
+
+
+def test_one_look_a_scrape_interval_however_many_pods_are_scraped_in_it() -> None:
+    """Pods are scraped at their own moments: a newer sample 2 s later is in the same interval, whose look
+    was spent; the next interval's is judged."""
+    prometheus = Prometheus(alpha=0.8, drafts=38)
+    _, watched = watch_canary(prometheus, fleet(), live(), NOW, None)
+    prometheus.sample = SAMPLE + 2
+    asked = len(prometheus.queries)
+    _, same = watch_canary(prometheus, fleet(), live(), NOW + timedelta(seconds=2), watched)
+    assert same == watched and len(prometheus.queries) == asked + 1
+    prometheus.sample = SAMPLE + SCRAPE
+    _, next_one = watch_canary(prometheus, fleet(), live(), NOW + timedelta(seconds=5), watched)
+    assert next_one is not None and next_one.sample == SAMPLE + SCRAPE
