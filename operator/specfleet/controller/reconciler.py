@@ -140,6 +140,10 @@ class Reconciler:
     _allowed: tuple[UrlPrefix, ...] = ()
     _still_routed_said: dict[Key, set[str]] = field(default_factory=dict)
     """The Services kept for a route that still sends to them, per object, that an event has told of."""
+    _clients: dict[Key, tuple[str, Prometheus]] = field(default_factory=dict)
+    """The Prometheus client (and its URL) each fleet was last given: a watch, at every scrape, reuses it rather
+    than read the auth Secret each time (the analyses read it at every interval, so a rotated token is taken
+    within one); a URL changed in the spec is checked against the allow-list again."""
     _watched: dict[Key, Watched] = field(default_factory=dict)
     """The scrape each fleet's last watch judged, so each scrape is judged once (a restart judges one again, and
     decides the same)."""
@@ -162,6 +166,7 @@ class Reconciler:
         token = self.kube.read_secret(sdep.metadata.namespace, secret.name, secret.key) if secret else None
         if (url, token) not in self._providers:
             self._providers[url, token] = Prometheus(url, token)
+        self._clients[sdep.metadata.namespace, sdep.metadata.name] = (url, self._providers[url, token])
         return self._providers[url, token]
 
     async def run_worker(self) -> None:
@@ -257,6 +262,7 @@ class Reconciler:
             self._expected.pop(key, None)
             self._still_routed_said.pop(key, None)
             self._watched.pop(key, None)
+            self._clients.pop(key, None)
             self.queue.forget(key)
             return None  # children go with their owner references; no finalizer needed
         if self.owns is not None and not await self.owns(key):
@@ -317,15 +323,9 @@ class Reconciler:
         the rollout, or are recorded in the status), so a pass that measures decides twice; a GPU room that
         fits changes nothing (`GpuRoom.fits`), so only a room too small is decided again. Each ask is answered
         at most once a pass; what a pass costs: docs/architecture.md#one-pass-of-the-operator. A watch (the live
-        canary's newest scrape checked for failures) is decided again only when it found one; otherwise the pass
-        looks again at the canary's next scrape."""
+        canary's newest scrape checked for failures) comes last, and is decided again only when it found one;
+        otherwise the pass looks again at the canary's next scrape."""
         decision = self._decision(sdep, observation)
-        watch = None
-        if decision.watch_due and url is not None:
-            watch = await self._watch(key, sdep, url, decision.status, observation.now)
-            if watch.failure is not None:
-                observation = replace(observation, watch=watch)
-                decision = self._decision(sdep, observation)
         if decision.analysis_due or decision.candidate_analyses_due:
             observation = await self._analyses(sdep, url, decision, observation)
             decision = self._decision(sdep, observation)
@@ -337,6 +337,12 @@ class Reconciler:
         if decision.fleet_look_due and url is not None:
             look = await self._look(sdep, url, decision.status, observation.now)
             decision = self._decision(sdep, replace(observation, fleet_look=look))
+        watch = None
+        if decision.watch_due and url is not None:
+            watch = await self._watch(key, sdep, url, decision.status, observation.now)
+            if watch.failure is not None:
+                observation = replace(observation, watch=watch)
+                decision = self._decision(sdep, observation)
         if decision.watch_due and watch is not None and watch.next_at is not None:
             wait = max(watch.next_at - observation.now, timedelta(0))
             if decision.requeue_after is None or wait < decision.requeue_after:
@@ -348,7 +354,9 @@ class Reconciler:
         cannot be asked is the analyses' business (their Error verdicts), and a bug is logged."""
         revision = status.canary_revision
         try:
-            provider = await self._blocking(self._provider, sdep, url)
+            known = self._clients.get(key)
+            provider = known[1] if known is not None and known[0] == url else None
+            provider = provider or await self._blocking(self._provider, sdep, url)
             watch, watched = await self._blocking(watch_canary, provider, sdep, status, now, self._watched.get(key))
         except (SecretError, UrlNotAllowedError):
             return Watch(revision)
