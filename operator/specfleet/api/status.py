@@ -192,7 +192,8 @@ class Analysis(ApiModel):
     """Which analysis of this canary revision it was (the trailing-window check spends its error by look)."""
     evidence_seconds: int | None = None
     """Length of the range the evidence was read over: from the step's start (its canary Ready, or the last
-    counted failure), cut one scrape after the youngest pod was first scraped."""
+    counted failure), each pod's series counted from its first sample in it; for a failure a watch found at a
+    new scrape, the trailing range that failed."""
     checks: Annotated[list[GuardrailCheck], Field(max_length=MAX_CHECKS)] = []
     """Every guardrail judged at this analysis, Pass or not."""
     canary: Measurements = Measurements()

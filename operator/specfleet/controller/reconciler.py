@@ -50,6 +50,7 @@ from specfleet.controller.metrics import RECONCILE_SECONDS, RECONCILES, TRANSITI
 from specfleet.controller.outputs import DEFAULT_POD_URL_TEMPLATE, collect_pairs
 from specfleet.controller.queue import FailureBackoff, WorkQueue
 from specfleet.controller.store import PREFLIGHT_POD, Key, Store
+from specfleet.controller.watch import Watched, watch_canary
 from specfleet.metrics.prometheus import Prometheus
 from specfleet.observation import controlled_by, observe, parse
 from specfleet.patches import contains, merge_patch, stamped
@@ -66,7 +67,7 @@ from specfleet.reach import (
 from specfleet.render.manifests import Manifest, child_name, deployment, fleet_selector, route_rules, service
 from specfleet.render.policy import DEFAULT_POLICY, TemplatePolicy
 from specfleet.rollout import Decision, FleetLook, Observation, TrackTarget, decide
-from specfleet.rollout.types import NO_PROMETHEUS, GpuRequest, GpuRoom, set_condition
+from specfleet.rollout.types import NO_PROMETHEUS, GpuRequest, GpuRoom, Watch, set_condition
 
 logger = logging.getLogger("specfleet.reconciler")
 
@@ -139,6 +140,13 @@ class Reconciler:
     _allowed: tuple[UrlPrefix, ...] = ()
     _still_routed_said: dict[Key, set[str]] = field(default_factory=dict)
     """The Services kept for a route that still sends to them, per object, that an event has told of."""
+    _clients: dict[Key, tuple[str, Prometheus]] = field(default_factory=dict)
+    """The Prometheus client (and its URL) each fleet was last given: a watch, at every scrape, reuses it rather
+    than read the auth Secret each time (the analyses read it at every interval, so a rotated token is taken
+    within one); a URL changed in the spec is checked against the allow-list again."""
+    _watched: dict[Key, Watched] = field(default_factory=dict)
+    """The scrape each fleet's last watch judged, so each scrape is judged once (a restart judges one again, and
+    decides the same)."""
 
     def __post_init__(self) -> None:
         self._allowed = prometheus_allow_list(self.default_prometheus_url, self.allowed_prometheus_urls)
@@ -158,6 +166,7 @@ class Reconciler:
         token = self.kube.read_secret(sdep.metadata.namespace, secret.name, secret.key) if secret else None
         if (url, token) not in self._providers:
             self._providers[url, token] = Prometheus(url, token)
+        self._clients[sdep.metadata.namespace, sdep.metadata.name] = (url, self._providers[url, token])
         return self._providers[url, token]
 
     async def run_worker(self) -> None:
@@ -252,6 +261,8 @@ class Reconciler:
             self._written_over.pop(key, None)
             self._expected.pop(key, None)
             self._still_routed_said.pop(key, None)
+            self._watched.pop(key, None)
+            self._clients.pop(key, None)
             self.queue.forget(key)
             return None  # children go with their owner references; no finalizer needed
         if self.owns is not None and not await self.owns(key):
@@ -311,7 +322,9 @@ class Reconciler:
         only with an answer that can change it. An analysis's verdict and a fleet look always can (they move
         the rollout, or are recorded in the status), so a pass that measures decides twice; a GPU room that
         fits changes nothing (`GpuRoom.fits`), so only a room too small is decided again. Each ask is answered
-        at most once a pass; what a pass costs: docs/architecture.md#one-pass-of-the-operator."""
+        at most once a pass; what a pass costs: docs/architecture.md#one-pass-of-the-operator. A watch (the live
+        canary's newest scrape checked for failures) comes last, and is decided again only when it found one;
+        otherwise the pass looks again at the canary's next scrape."""
         decision = self._decision(sdep, observation)
         if decision.analysis_due or decision.candidate_analyses_due:
             observation = await self._analyses(sdep, url, decision, observation)
@@ -324,7 +337,37 @@ class Reconciler:
         if decision.fleet_look_due and url is not None:
             look = await self._look(sdep, url, decision.status, observation.now)
             decision = self._decision(sdep, replace(observation, fleet_look=look))
+        watch = None
+        if decision.watch_due and url is not None:
+            watch = await self._watch(key, sdep, url, decision.status, observation.now)
+            if watch.failure is not None:
+                observation = replace(observation, watch=watch)
+                decision = self._decision(sdep, observation)
+        if decision.watch_due and watch is not None and watch.next_at is not None:
+            wait = max(watch.next_at - observation.now, timedelta(0))
+            if decision.requeue_after is None or wait < decision.requeue_after:
+                decision = replace(decision, requeue_after=wait)
         return decision
+
+    async def _watch(self, key: Key, sdep: SpeculativeDeployment, url: str, status: Any, now: datetime) -> Watch:
+        """The live canary's newest scrape checked for failures, once per scrape. Never raises: a Prometheus that
+        cannot be asked is the analyses' business (their Error verdicts), and a bug is logged."""
+        revision = status.canary_revision
+        try:
+            known = self._clients.get(key)
+            provider = known[1] if known is not None and known[0] == url else None
+            provider = provider or await self._blocking(self._provider, sdep, url)
+            watch, watched = await self._blocking(watch_canary, provider, sdep, status, now, self._watched.get(key))
+        except (SecretError, UrlNotAllowedError):
+            return Watch(revision)
+        except Exception:
+            logger.exception("%s/%s: the watch failed", sdep.metadata.namespace, sdep.metadata.name)
+            return Watch(revision)
+        if watched is None:
+            self._watched.pop(key, None)
+        else:
+            self._watched[key] = watched
+        return watch
 
     def _decision(self, sdep: SpeculativeDeployment, observation: Observation) -> Decision:
         """One call of the pure `decide` (a seam for counting them: benchmarks/pass_cost.py)."""
