@@ -47,10 +47,12 @@ from specfleet.capacity import room
 from specfleet.controller.analysis import analyze, analyze_candidate, measure_fleet
 from specfleet.controller.kube import Kube, SecretError
 from specfleet.controller.metrics import RECONCILE_SECONDS, RECONCILES, TRANSITIONS
+from specfleet.controller.notifier import Notifier
 from specfleet.controller.outputs import DEFAULT_POD_URL_TEMPLATE, collect_pairs
 from specfleet.controller.queue import FailureBackoff, WorkQueue
 from specfleet.controller.store import PREFLIGHT_POD, Key, Store
 from specfleet.metrics.prometheus import Prometheus
+from specfleet.notify.transitions import Fleet, Notification, notifications
 from specfleet.observation import controlled_by, observe, parse
 from specfleet.patches import contains, merge_patch, stamped
 from specfleet.preflight.job import preflight_job
@@ -117,6 +119,9 @@ class Reconciler:
     """Where the writes of one pass that do not depend on each other run at once (a fleet's children, its
     events): a fleet's first pass then takes two round trips to the API server instead of four. None: one
     after the other, in the calling thread."""
+    notifier: Notifier | None = None
+    """Where a pass's transitions go once its status is written (`specfleet run --notifications-config`,
+    `--namespace-notifications`); None: none are derived, and `status.notified` stays as it is."""
     owns: Callable[[Key], Awaitable[bool]] | None = None
     """The shard gate (`controller.shards.ShardGate.owns`), asked before anything of a pass is read or written:
     False leaves the object to another process (the gate queues it again if it must look again). None: all."""
@@ -299,8 +304,12 @@ class Reconciler:
         elif refused is not None:  # the spec changed: render and apply again
             del self._refused[key]
         decision = await self._decide(key, sdep, url, observation)
+        decision, notes = self._notifications(sdep, decision, observation.now)
         children = {kind: self.store.children(kind, key) for kind in ("Deployment", "Service", "Job")}
         await self._blocking(self._apply, key, body, sdep, decision, children)
+        if self.notifier is not None:  # only once the status that records them is written; delivered off this path
+            for note in notes:
+                self.notifier.offer(note)
         after = decision.requeue_after.total_seconds() if decision.requeue_after is not None else None
         return min(after, self.resync_seconds) if after is not None else self.resync_seconds
 
@@ -325,6 +334,17 @@ class Reconciler:
             look = await self._look(sdep, url, decision.status, observation.now)
             decision = self._decision(sdep, replace(observation, fleet_look=look))
         return decision
+
+    def _notifications(
+        self, sdep: SpeculativeDeployment, decision: Decision, now: datetime
+    ) -> tuple[Decision, list[Notification]]:
+        """The transitions this decision makes, and the decision with its status recording them (`notified`)."""
+        if self.notifier is None:
+            return decision, []
+        meta = sdep.metadata
+        fleet = Fleet(meta.namespace, meta.name, meta.uid or "", meta.generation or 0)
+        notes, status = notifications(fleet, sdep.spec, sdep.status, decision.status, now)
+        return (replace(decision, status=status), notes) if notes else (decision, [])
 
     def _decision(self, sdep: SpeculativeDeployment, observation: Observation) -> Decision:
         """One call of the pure `decide` (a seam for counting them: benchmarks/pass_cost.py)."""

@@ -1,0 +1,239 @@
+"""Delivers notifications off the reconcile path: a bounded queue, a few workers, retries with backoff.
+
+A pass only offers what it derived (`offer` never waits: a full queue drops, counted), after its status write; the
+workers find each notification's targets (the operator's, and the namespace's Secret `specfleet-notifications`,
+read at most every `SECRET_TTL_SECONDS` per namespace), and send to each at once, each attempt under a timeout,
+retried with exponential backoff up to `attempts`, then given up (counted). A dead or slow receiver so costs a
+worker, never a reconcile: a rollback is written and applied whatever the receivers do.
+
+Target URLs carry their tokens (a Slack webhook's path, a Teams workflow's signature): they are shown redacted in
+every line this writes, and scrubbed from the log records of the libraries that send (Apprise, urllib3).
+"""
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from specfleet.controller.metrics import (
+    NOTIFICATION_RETRIES,
+    NOTIFICATIONS_DROPPED,
+    NOTIFICATIONS_FAILED,
+    NOTIFICATIONS_SENT,
+)
+from specfleet.controller.sinks import SINKS, DeliveryError, Sink
+from specfleet.notify.targets import NAMESPACE_SECRET, Target, Targets, parse_targets, secret_parts
+from specfleet.notify.transitions import Notification
+from specfleet.reach import UrlPrefix
+
+logger = logging.getLogger("specfleet.notifier")
+
+SECRET_TTL_SECONDS = 30.0
+"""How long a namespace's targets are reused before its Secret is read again."""
+SCRUBBED_LOGGERS = ("apprise", "urllib3", "requests")
+"""Libraries that may log a URL they send to."""
+SENDING_THREADS = 8
+"""Attempts in flight at once, over all workers and targets: their own threads, so that slow receivers never take
+the threads the lease renewal and the reconciles use."""
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class DeliveryPolicy:
+    attempts: int = 5
+    """Tries per target, the first included."""
+    timeout: float = 5.0
+    """Seconds one attempt may take to connect, and again to read the answer."""
+    backoff: float = 1.0
+    """The wait after a first failed attempt; it doubles after each, up to `backoff_cap`."""
+    backoff_cap: float = 60.0
+
+    def wait(self, failures: int) -> float:
+        return min(self.backoff * 2 ** (failures - 1), self.backoff_cap)
+
+
+class Scrubber(logging.Filter):
+    """Replaces the secret parts of every known target URL in a log record with `[…]`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.secrets: set[str] = set()
+
+    def add(self, url: str) -> None:
+        self.secrets.update(secret_parts(url))
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self.secrets:
+            return True
+        message = record.getMessage()
+        scrubbed = message
+        for secret in sorted(self.secrets, key=len, reverse=True):
+            scrubbed = scrubbed.replace(secret, "[…]")
+        if scrubbed != message:
+            record.msg, record.args = scrubbed, ()
+        return True
+
+
+NamespaceReader = Callable[[str], str | None]
+"""A namespace's `targets.yaml` from its Secret `specfleet-notifications` (None: no such Secret); raises on a
+Secret that cannot be read (forbidden, not text)."""
+
+
+@dataclass
+class Notifier:
+    own: Targets = field(default_factory=lambda: Targets((), ()))
+    """The operator's own targets (`specfleet run --notifications-config`)."""
+    read_namespace: NamespaceReader | None = None
+    """None: namespaces' Secrets are not read (`--namespace-notifications` off)."""
+    allowed: Sequence[UrlPrefix] = ()
+    """The prefixes a namespace's target URLs must be under (`--allow-notification-url`)."""
+    policy: DeliveryPolicy = field(default_factory=DeliveryPolicy)
+    sinks: Mapping[str, Sink] = field(default_factory=lambda: dict(SINKS))
+    queue_size: int = 256
+    workers: int = 2
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    clock: Callable[[], float] = time.monotonic
+    scrubber: Scrubber = field(default_factory=Scrubber)
+    _threads: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(SENDING_THREADS, thread_name_prefix="specfleet-notify")
+    )
+    _slots: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(SENDING_THREADS))
+    _queue: "asyncio.Queue[Notification] | None" = None
+    _tasks: list["asyncio.Task[None]"] = field(default_factory=list)
+    _namespaces: dict[str, tuple[float, Targets]] = field(default_factory=dict)
+    _said: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        for name in SCRUBBED_LOGGERS:
+            logging.getLogger(name).addFilter(self.scrubber)
+        for target in self.own.targets:
+            self.scrubber.add(target.url)
+        own = [t for t in self.own.targets if self._refused(t) is None]
+        self.own = Targets(tuple(own), self.own.refusals)
+        for refusal in self.own.refusals:
+            logger.warning("notifications: %s", refusal)
+
+    def _refused(self, target: Target) -> str | None:
+        refused = self.sinks[target.sink].refusal(target.url)
+        if refused is not None:
+            self._say(f"notifications: {target.source}: {refused}; {target.shown} is not sent to")
+        return refused
+
+    def _say(self, line: str) -> None:
+        """A configuration problem, logged once (it stays until someone fixes it)."""
+        if line not in self._said:
+            self._said.add(line)
+            logger.warning("%s", line)
+
+    @property
+    def queue(self) -> "asyncio.Queue[Notification]":
+        if self._queue is None:
+            self._queue = asyncio.Queue(self.queue_size)
+        return self._queue
+
+    def start(self) -> None:
+        self._tasks.extend(asyncio.create_task(self._work()) for _ in range(self.workers))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+
+    async def _in_thread(self, call: Callable[..., T], *args: object) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._threads, functools.partial(call, *args))
+
+    def offer(self, notification: Notification) -> None:
+        """Queue a notification for delivery; never waits (on the event loop, from a reconcile)."""
+        try:
+            self.queue.put_nowait(notification)
+        except asyncio.QueueFull:
+            NOTIFICATIONS_DROPPED.labels("queue_full").inc()
+            logger.warning(
+                "notifications: queue full (%d): %s of %s/%s dropped",
+                self.queue_size,
+                notification.transition.value,
+                notification.fleet.namespace,
+                notification.fleet.name,
+            )
+
+    async def _work(self) -> None:
+        while True:
+            notification = await self.queue.get()
+            try:
+                await self.deliver(notification)
+            except Exception:  # a bug must not stop the worker: the next notification still goes
+                logger.exception("notifications: delivering %s failed", notification.transition.value)
+            finally:
+                self.queue.task_done()
+
+    async def deliver(self, notification: Notification) -> None:
+        """Send one notification to every target that wants it, at once; returns when each sent or gave up."""
+        targets = [t for t in await self.targets_for(notification.fleet.namespace) if t.wants(notification.transition)]
+        await asyncio.gather(*(self._send(notification, target) for target in targets))
+
+    async def targets_for(self, namespace: str) -> list[Target]:
+        return [*self.own.targets, *(await self._namespace_targets(namespace)).targets]
+
+    async def _namespace_targets(self, namespace: str) -> Targets:
+        if self.read_namespace is None:
+            return Targets((), ())
+        cached = self._namespaces.get(namespace)
+        if cached is not None and self.clock() - cached[0] < SECRET_TTL_SECONDS:
+            return cached[1]
+        source = f"{namespace}/{NAMESPACE_SECRET}"
+        try:
+            text = await self._in_thread(self.read_namespace, namespace)
+        except Exception as error:  # fail closed: that namespace's targets are not guessed at
+            NOTIFICATIONS_DROPPED.labels("secret_unreadable").inc()
+            self._say(f"notifications: Secret {source}: {error}; its targets are not sent to")
+            targets = Targets((), ())
+        else:
+            parsed = parse_targets(text or "", source, self.sinks.keys(), self.allowed)
+            for target in parsed.targets:
+                self.scrubber.add(target.url)
+            kept = tuple(t for t in parsed.targets if self._refused(t) is None)
+            for refusal in parsed.refusals:
+                self._say(f"notifications: {refusal}")
+            targets = Targets(kept, parsed.refusals)
+        self._namespaces[namespace] = (self.clock(), targets)
+        return targets
+
+    async def _send(self, notification: Notification, target: Target) -> bool:
+        """Attempts with backoff until one succeeds or `policy.attempts` failed; whether it was delivered."""
+        sink, policy, transition = self.sinks[target.sink], self.policy, notification.transition.value
+        fleet = f"{notification.fleet.namespace}/{notification.fleet.name}"
+        for attempt in range(1, policy.attempts + 1):
+            try:
+                async with self._slots:  # the timeout counts from the attempt's start, not its wait for a thread
+                    await asyncio.wait_for(
+                        self._in_thread(sink.send, notification, target.url, policy.timeout),
+                        # the sink's own timeout bounds connecting and each read; this bounds the whole attempt
+                        timeout=2 * policy.timeout + 1,
+                    )
+            except (DeliveryError, TimeoutError) as error:
+                said = str(error) or f"no answer within {2 * policy.timeout + 1:g} s"
+                if attempt == policy.attempts:
+                    NOTIFICATIONS_FAILED.labels(target.sink, transition).inc()
+                    logger.warning(
+                        "notifications: %s of %s to %s: %s; given up after %d attempts",
+                        transition, fleet, target.shown, said, attempt,
+                    )  # fmt: skip
+                    return False
+                wait = policy.wait(attempt)
+                NOTIFICATION_RETRIES.labels(target.sink).inc()
+                logger.info(
+                    "notifications: %s of %s to %s: %s; attempt %d of %d again in %g s",
+                    transition, fleet, target.shown, said, attempt + 1, policy.attempts, wait,
+                )  # fmt: skip
+                await self.sleep(wait)
+            else:
+                NOTIFICATIONS_SENT.labels(target.sink, transition).inc()
+                logger.info("notifications: %s of %s sent to %s", transition, fleet, target.shown)
+                return True
+        return False
