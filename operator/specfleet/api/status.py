@@ -614,7 +614,7 @@ class SpeculativeDeploymentStatus(ApiModel):
     acknowledged_commands: Annotated[dict[str, Annotated[str, Field(max_length=256)]], Field(max_length=8)] = {}
     """Command annotations already acted on (name -> value), so a restart never acts on one twice."""
     notified: Annotated[list[Annotated[str, Field(max_length=256)]], Field(max_length=NOTIFIED_MAX)] = []
-    """The last transitions notified (with `specfleet run --notifications`), newest last, each as
+    """The last transitions notified (with notifications on, docs/notifications.md), newest last, each as
     `uid/generation/transition/step/run`: written with the status that makes the transition, so a restarted
     operator never sends one twice, and the same transition again (a gate waited at twice) is sent once."""
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from specfleet.controller.metrics import (
     NOTIFICATION_RETRIES,
@@ -34,8 +34,6 @@ logger = logging.getLogger("specfleet.notifier")
 
 SECRET_TTL_SECONDS = 30.0
 """How long a namespace's targets are reused before its Secret is read again."""
-SCRUBBED_LOGGERS = ("apprise", "urllib3", "requests")
-"""Libraries that may log a URL they send to."""
 SENDING_THREADS = 8
 """Attempts in flight at once, over all workers and targets: their own threads, so that slow receivers never take
 the threads the lease renewal and the reconciles use."""
@@ -57,26 +55,48 @@ class DeliveryPolicy:
         return min(self.backoff * 2 ** (failures - 1), self.backoff_cap)
 
 
-class Scrubber(logging.Filter):
-    """Replaces the secret parts of every known target URL in a log record with `[…]`."""
+class Scrubber:
+    """Replaces the secret parts of every known target URL with `[…]` in every log record the process makes, as the
+    record is made: a library's logger (Apprise's, urllib3's debug lines with the request path) is reached whatever
+    its name, level or handler."""
 
     def __init__(self) -> None:
-        super().__init__()
-        self.secrets: set[str] = set()
+        self.secrets: tuple[str, ...] = ()
+        self._installed = False
 
     def add(self, url: str) -> None:
-        self.secrets.update(secret_parts(url))
+        self.secrets = tuple(sorted({*self.secrets, *secret_parts(url)}, key=len, reverse=True))
+        self._install()
 
-    def filter(self, record: logging.LogRecord) -> bool:
+    def _install(self) -> None:
+        if self._installed:
+            return
+        self._installed = True
+        make = logging.getLogRecordFactory()
+
+        def scrubbed(*args: Any, **kwargs: Any) -> logging.LogRecord:
+            record = make(*args, **kwargs)
+            self.scrub(record)
+            return record
+
+        logging.setLogRecordFactory(scrubbed)
+
+    def scrub(self, record: logging.LogRecord) -> None:
         if not self.secrets:
-            return True
-        message = record.getMessage()
+            return
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed log call: logging reports it itself, later
+            return
         scrubbed = message
-        for secret in sorted(self.secrets, key=len, reverse=True):
+        for secret in self.secrets:
             scrubbed = scrubbed.replace(secret, "[…]")
         if scrubbed != message:
             record.msg, record.args = scrubbed, ()
-        return True
+
+
+SCRUBBER = Scrubber()
+"""One for the process: the record factory it wraps is global."""
 
 
 NamespaceReader = Callable[[str], str | None]
@@ -98,7 +118,7 @@ class Notifier:
     workers: int = 2
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     clock: Callable[[], float] = time.monotonic
-    scrubber: Scrubber = field(default_factory=Scrubber)
+    scrubber: Scrubber = SCRUBBER
     _threads: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(SENDING_THREADS, thread_name_prefix="specfleet-notify")
     )
@@ -109,8 +129,6 @@ class Notifier:
     _said: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
-        for name in SCRUBBED_LOGGERS:
-            logging.getLogger(name).addFilter(self.scrubber)
         for target in self.own.targets:
             self.scrubber.add(target.url)
         own = [t for t in self.own.targets if self._refused(t) is None]
