@@ -9,13 +9,14 @@ from dataclasses import dataclass, field
 
 import pytest
 from prometheus_client import REGISTRY
-from test_payload import ROLLED_BACK
 
 from specfleet.controller.notifier import DeliveryPolicy, Notifier
 from specfleet.controller.sinks import DeliveryError, Sink
 from specfleet.notify.targets import parse_targets
 from specfleet.notify.transitions import Notification, Transition
 from specfleet.reach import parse_prefix
+
+from notifykit import ROLLED_BACK
 
 TOKEN = "T0KENsecret0123456789"
 

@@ -2,28 +2,13 @@
 same id on every retry, and a chat message naming both configs and the judge's reasons."""
 
 import json
-from datetime import UTC, datetime
 
 from cloudevents.core.bindings.http import HTTPMessage, from_structured_event
 
-from specfleet.api.status import Phase
 from specfleet.notify.payload import CONTENT_TYPE, chat_message, data, structured
-from specfleet.notify.transitions import Config, Fleet, Notification, Transition
+from specfleet.notify.transitions import Notification, Transition
 
-ROLLED_BACK = Notification(
-    transition=Transition.ROLLED_BACK,
-    fleet=Fleet("team-a", "llama-eagle3", "8d1c-uid", 4),
-    time=datetime(2026, 12, 4, 15, 0, tzinfo=UTC),
-    phase=Phase.ROLLED_BACK,
-    step=0,
-    steps=2,
-    weight=0,
-    stable=Config("6f1e2d", "eagle3 k=4"),
-    canary=Config("20c9a9", "eagle3 k=3"),
-    message="canary 20c9a9 rolled back: acceptance alpha 0.31 < 0.6",
-    reasons=("acceptance alpha 0.31: upper bound 0.35 < floor 0.6",),
-    run="2026-12-04T14:50:00+00:00",
-)
+from notifykit import ROLLED_BACK
 
 
 def test_the_webhook_body_is_a_structured_cloudevent_with_the_spec_attributes() -> None:

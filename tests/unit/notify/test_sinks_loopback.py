@@ -15,13 +15,13 @@ import trustme
 from apprise.plugins.slack import NotifySlack
 from cloudevents.core.bindings.http import HTTPMessage, from_structured_event
 from prometheus_client import REGISTRY
-from test_payload import ROLLED_BACK
 
 from specfleet.controller.notifier import DeliveryPolicy, Notifier
 from specfleet.controller.sinks import SINKS
 from specfleet.notify.payload import event_id
 from specfleet.notify.targets import parse_targets
 
+from notifykit import ROLLED_BACK
 from receiverkit import dead_port, receiving
 
 TOKEN = "TIiajkdnlazkcOXrIdevi7"
