@@ -75,8 +75,8 @@ def test_a_rollback_is_one_cloudevent_and_a_restarted_operator_sends_no_transiti
 
             operator.kill()  # SIGKILL: whatever was queued is gone, what the status records stays
             operator.start()
-            fleet.annotate("llama", "specfleet.io/retry", "1")
-            wait_for("the retried canary at its gate", fleet.phase_is("llama", "Paused"))
+            fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 3}})
+            wait_for("the next canary at its gate", fleet.phase_is("llama", "Paused"))
             second = events(hook.wait_for(5, timeout=60))
         log = operator.log.read_text()
     assert collections.Counter(e["type"].rpartition(".")[2] for e in second) == {
