@@ -306,10 +306,7 @@ class Reconciler:
         decision = await self._decide(key, sdep, url, observation)
         decision, notes = self._notifications(sdep, decision, observation.now)
         children = {kind: self.store.children(kind, key) for kind in ("Deployment", "Service", "Job")}
-        await self._blocking(self._apply, key, body, sdep, decision, children)
-        if self.notifier is not None:  # only once the status that records them is written; delivered off this path
-            for note in notes:
-                self.notifier.offer(note)
+        await self._blocking(self._apply, key, body, sdep, decision, children, self._offering(notes))
         after = decision.requeue_after.total_seconds() if decision.requeue_after is not None else None
         return min(after, self.resync_seconds) if after is not None else self.resync_seconds
 
@@ -345,6 +342,19 @@ class Reconciler:
         fleet = Fleet(meta.namespace, meta.name, meta.uid or "", meta.generation or 0)
         notes, status = notifications(fleet, sdep.spec, sdep.status, decision.status, now)
         return (replace(decision, status=status), notes) if notes else (decision, [])
+
+    def _offering(self, notes: list[Notification]) -> Callable[[], None]:
+        """What `_apply` calls once the status recording `notes` is written (from its thread): they go to the
+        notifier's queue on the event loop, whatever the rest of the pass does (the status says they were sent)."""
+        if self.notifier is None or not notes:
+            return lambda: None
+        loop, offer = asyncio.get_running_loop(), self.notifier.offer
+
+        def offered() -> None:
+            for note in notes:
+                loop.call_soon_threadsafe(offer, note)
+
+        return offered
 
     def _decision(self, sdep: SpeculativeDeployment, observation: Observation) -> Decision:
         """One call of the pure `decide` (a seam for counting them: benchmarks/pass_cost.py)."""
@@ -448,12 +458,13 @@ class Reconciler:
         sdep: SpeculativeDeployment,
         decision: Decision,
         children: dict[str, dict[str, Any]],
+        status_written: Callable[[], None] = lambda: None,
     ) -> None:
         """The decision's writes, one named step each, in the order the write discipline needs: traffic off
-        the canary, the status (with its precondition), the wanted children, route weights, pruning, the
-        preflight Job, events, done commands. A refused status write raises and ends the pass there. A
-        decision that holds the children (the spec cannot be rendered) writes the status, events and
-        commands only.
+        the canary, the status (with its precondition; then `status_written`, which hands the pass's
+        notifications on), the wanted children, route weights, pruning, the preflight Job, events, done commands.
+        A refused status write raises and ends the pass there. A decision that holds the children (the spec
+        cannot be rendered) writes the status, events and commands only.
 
         Runs in a thread: it reads only the `children` snapshot taken on the event loop, never the store.
         """
@@ -461,6 +472,7 @@ class Reconciler:
         wanted = [] if held else [stamped(m) for m in self._desired_children(sdep, decision)]
         applied = set() if held else self._take_traffic_off_canary(key, sdep, decision, wanted, children)
         version = self._write_status(key, body, sdep, decision.status)
+        status_written()
         if not held:
             self._ensure_children(key, sdep, wanted, children, applied)
             self._scale_retiring_canary(key, sdep, decision, children)

@@ -818,3 +818,34 @@ def test_without_a_notifier_the_status_records_nothing() -> None:
     reconcile(kube, store)
     (status, _rv), *_ = kube.status_writes
     assert status["phase"] == "Aborted" and "notified" not in status
+
+
+class DeploymentsRefusedKube(RecordingKube):
+    """The API server fails every Deployment write (after the status write, which it takes)."""
+
+    def apply(self, manifest: dict[str, Any]) -> None:
+        if manifest["kind"] == "Deployment":
+            raise ApiException(status=500, reason="Internal Server Error")
+        super().apply(manifest)
+
+    def create(self, manifest: dict[str, Any]) -> None:
+        self.apply(manifest)
+        super().create(manifest)
+
+
+def test_a_pass_that_fails_after_its_status_write_still_hands_its_notifications_on() -> None:
+    """The status written says the abort was notified: the notification must be queued whatever fails later."""
+    store, kube = aborted_world(), DeploymentsRefusedKube()
+    kube.watch = store
+
+    async def failing_pass() -> list[str]:
+        notifier = webhook_at("http://127.0.0.1:9/hook")
+        reconciler = Reconciler(kube, store, WorkQueue(), clock=lambda: NOW, notifier=notifier)  # type: ignore[arg-type]
+        with pytest.raises(ApiException):
+            await reconciler.reconcile(KEY)
+        await asyncio.sleep(0)  # one turn of the loop: it takes what the pass's thread handed it
+        return [notifier.queue.get_nowait().transition.value for _ in range(notifier.queue.qsize())]
+
+    assert asyncio.run(failing_pass()) == ["Aborted"]
+    (status, _rv), *_ = kube.status_writes
+    assert status["notified"][0].startswith("u1/2/Aborted/0/")
