@@ -84,6 +84,9 @@ def test_a_rollback_is_one_cloudevent_and_a_restarted_operator_sends_no_transiti
     }  # fmt: skip
     assert len({e["id"] for e in second}) == 5
     assert tenant_hook.received == []
+    refused = fleet.core.list_namespaced_event(namespace, field_selector="reason=NotificationTargetRefused").items
+    assert len(refused) == 2  # told once by each operator process, the first and the restarted one
+    assert all(e.type == "Warning" and "targets[0].url" in e.message and TOKEN not in e.message for e in refused)
     assert "specfleet-notifications targets.yaml: targets[0].url" in log and "is not admitted" in log
     assert TOKEN not in log
 

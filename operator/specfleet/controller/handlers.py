@@ -39,6 +39,7 @@ from specfleet.controller.shards import LEASE_API_VERSION, ShardGate
 from specfleet.controller.sinks import SINKS
 from specfleet.controller.store import PREFLIGHT_POD, Key, Store, key_of, owner_key
 from specfleet.notify.targets import NAMESPACE_SECRET, TARGETS_KEY, Targets, parse_targets
+from specfleet.notify.transitions import Fleet
 from specfleet.reach import parse_prefix
 from specfleet.render.policy import DEFAULT_POLICY, TemplatePolicy
 from specfleet.sharding import Shard
@@ -47,6 +48,8 @@ MANAGED = {"app.kubernetes.io/managed-by": FIELD_MANAGER}
 CHILD_EVENT_SECONDS = 0.5
 """A child's event looks at its fleet this much later, so one pass sees a burst of them (a Deployment's pods
 created, scheduled, started, Ready) instead of one pass each."""
+REFUSED_TARGET = "NotificationTargetRefused"
+"""The reason of the Warning event that tells a namespace one of its notification targets is refused."""
 INITIAL_SYNC_SECONDS = 2.0
 """Give the first LIST of every watch a moment to fill the store before the first reconcile."""
 
@@ -457,10 +460,16 @@ class Controller:
             own = parse_targets(options.notification_targets, "operator", SINKS.keys())
         reader = self._namespace_targets if options.namespace_notifications else None
         allowed = tuple(parse_prefix(url) for url in options.allowed_notification_urls)
-        return Notifier(own, reader, allowed, options.notification_policy)
+        return Notifier(own, reader, allowed, options.notification_policy, warn=self._refused_target)
 
     def _namespace_targets(self, namespace: str) -> str | None:
         return self.kube.read_optional_secret(namespace, NAMESPACE_SECRET, TARGETS_KEY)
+
+    def _refused_target(self, fleet: Fleet, problem: str) -> None:
+        """A Warning event on the fleet whose notification found its namespace's target refused."""
+        body = self.store.sdeps.get((fleet.namespace, fleet.name))
+        if body is not None:
+            self.kube.post_event(body, "Warning", REFUSED_TARGET, problem)
 
     def reconciler(self, gate: ShardGate, notifier: Notifier | None = None) -> Reconciler:
         options = self.options

@@ -27,7 +27,7 @@ from specfleet.controller.metrics import (
 )
 from specfleet.controller.sinks import SINKS, DeliveryError, Sink
 from specfleet.notify.targets import NAMESPACE_SECRET, Target, Targets, parse_targets, secret_parts
-from specfleet.notify.transitions import Notification
+from specfleet.notify.transitions import Fleet, Notification
 from specfleet.reach import UrlPrefix
 
 logger = logging.getLogger("specfleet.notifier")
@@ -113,6 +113,8 @@ class Notifier:
     allowed: Sequence[UrlPrefix] = ()
     """The prefixes a namespace's target URLs must be under (`--allow-notification-url`)."""
     policy: DeliveryPolicy = field(default_factory=DeliveryPolicy)
+    warn: Callable[[Fleet, str], None] | None = None
+    """Tells a namespace what of its targets is refused (a Warning event on the fleet notified); blocking."""
     sinks: Mapping[str, Sink] = field(default_factory=lambda: dict(SINKS))
     queue_size: int = 256
     workers: int = 2
@@ -136,17 +138,23 @@ class Notifier:
         for refusal in self.own.refusals:
             logger.warning("notifications: %s", refusal)
 
-    def _refused(self, target: Target) -> str | None:
+    def _sink_refusal(self, target: Target) -> str | None:
         refused = self.sinks[target.sink].refusal(target.url)
+        return None if refused is None else f"{target.source}: {refused}; {target.shown} is not sent to"
+
+    def _refused(self, target: Target) -> str | None:
+        refused = self._sink_refusal(target)
         if refused is not None:
-            self._say(f"notifications: {target.source}: {refused}; {target.shown} is not sent to")
+            self._say(f"notifications: {refused}")
         return refused
 
-    def _say(self, line: str) -> None:
-        """A configuration problem, logged once (it stays until someone fixes it)."""
-        if line not in self._said:
-            self._said.add(line)
-            logger.warning("%s", line)
+    def _say(self, line: str) -> bool:
+        """A configuration problem, logged once (it stays until someone fixes it); whether it is new."""
+        if line in self._said:
+            return False
+        self._said.add(line)
+        logger.warning("%s", line)
+        return True
 
     @property
     def queue(self) -> "asyncio.Queue[Notification]":
@@ -192,13 +200,16 @@ class Notifier:
 
     async def deliver(self, notification: Notification) -> None:
         """Send one notification to every target that wants it, at once; returns when each sent or gave up."""
-        targets = [t for t in await self.targets_for(notification.fleet.namespace) if t.wants(notification.transition)]
+        targets = [t for t in await self.targets_for(notification.fleet) if t.wants(notification.transition)]
         await asyncio.gather(*(self._send(notification, target) for target in targets))
 
-    async def targets_for(self, namespace: str) -> list[Target]:
-        return [*self.own.targets, *(await self._namespace_targets(namespace)).targets]
+    async def targets_for(self, fleet: Fleet) -> list[Target]:
+        return [*self.own.targets, *(await self._namespace_targets(fleet)).targets]
 
-    async def _namespace_targets(self, namespace: str) -> Targets:
+    async def _namespace_targets(self, fleet: Fleet) -> Targets:
+        """The namespace's own targets, read again at most every SECRET_TTL_SECONDS. What is refused is logged
+        once and told to the namespace as a Warning event on `fleet` (`warn`): its tenant cannot read our log."""
+        namespace = fleet.namespace
         if self.read_namespace is None:
             return Targets((), ())
         cached = self._namespaces.get(namespace)
@@ -209,16 +220,22 @@ class Notifier:
             text = await self._in_thread(self.read_namespace, namespace)
         except Exception as error:  # fail closed: that namespace's targets are not guessed at
             NOTIFICATIONS_DROPPED.labels("secret_unreadable").inc()
-            self._say(f"notifications: Secret {source}: {error}; its targets are not sent to")
-            targets = Targets((), ())
+            targets = Targets((), (f"Secret {source}: {error}; its targets are not sent to",))
         else:
             parsed = parse_targets(text or "", source, self.sinks.keys(), self.allowed)
             for target in parsed.targets:
                 self.scrubber.add(target.url)
-            kept = tuple(t for t in parsed.targets if self._refused(t) is None)
-            for refusal in parsed.refusals:
-                self._say(f"notifications: {refusal}")
-            targets = Targets(kept, parsed.refusals)
+            refused = {t: self._sink_refusal(t) for t in parsed.targets}
+            kept = tuple(t for t, why in refused.items() if why is None)
+            targets = Targets(kept, (*parsed.refusals, *(why for why in refused.values() if why is not None)))
+        for problem in targets.refusals:
+            if self._say(f"notifications: {problem}") and self.warn is not None:
+                try:
+                    await self._in_thread(self.warn, fleet, problem)
+                except Exception as error:  # the log said it; the event is a courtesy to the tenant
+                    logger.warning(
+                        "notifications: could not tell %s/%s: %s", namespace, fleet.name, type(error).__name__
+                    )
         self._namespaces[namespace] = (self.clock(), targets)
         return targets
 

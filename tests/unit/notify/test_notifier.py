@@ -112,15 +112,23 @@ def test_a_namespace_target_off_the_allow_list_is_never_sent_to_and_an_admitted_
     inside = "http://kube-apiserver.default.svc/api/" + TOKEN
     outside = "https://events.example.com/specfleet/" + TOKEN
     text = f"targets: [{{sink: webhook, url: '{inside}'}}, {{sink: webhook, url: '{outside}'}}]"
-    sink = StandInSink()
+    sink, told = StandInSink(), []
     note, _ = notifier(
         sink,
         DeliveryPolicy(),
         read_namespace=lambda namespace: text,
         allowed=(parse_prefix("https://events.example.com/specfleet"),),
+        warn=lambda fleet, problem: told.append((fleet.name, problem)),
     )
     asyncio.run(note.deliver(ROLLED_BACK))
-    assert sink.attempts == [f"https://hooks.example/{TOKEN}", outside]
+    note.clock = lambda: 1e9  # the Secret is read again, its refusal found again: told once
+    asyncio.run(note.deliver(ROLLED_BACK))
+    assert sink.attempts == [f"https://hooks.example/{TOKEN}", outside] * 2
+    ((fleet, problem),) = told
+    assert (
+        fleet == "llama-eagle3" and "targets[0].url 'http://kube-apiserver.default.svc/[…]' is not admitted" in problem
+    )
+    assert TOKEN not in problem
 
 
 def test_a_target_filtering_transitions_gets_only_those() -> None:
