@@ -120,13 +120,12 @@ def transitions(
     about = _About(fleet, spec, new, now)
     canary, step = live_canary(new), new.current_step
     run = new.canary_started_at.isoformat() if new.canary_started_at is not None else ""
-    if canary is not None and step is not None:
-        same_canary = canary == live_canary(old) and old.current_step is not None
-        if not same_canary or old.current_step is None or step > old.current_step:
-            steps = spec.rollout.steps
-            weight = f" ({steps[step].weight}% of traffic)" if step < len(steps) else ""
-            message = f"canary {canary} at step {step + 1}/{len(steps)}{weight}"
-            found.append(about(Transition.STEP_ADVANCED, message, canary, (), step, run))
+    moved_on = canary != live_canary(old) or old.current_step is None or (step or 0) > old.current_step
+    if canary is not None and step is not None and moved_on:
+        steps = spec.rollout.steps
+        weight = f" ({steps[step].weight}% of traffic)" if step < len(steps) else ""
+        message = f"canary {canary} at step {step + 1}/{len(steps)}{weight}"
+        found.append(about(Transition.STEP_ADVANCED, message, canary, (), step, run))
     if new.phase is Phase.PAUSED and (old.phase is not Phase.PAUSED or old.current_step != step):
         reason, said, _ = _condition(new, ConditionType.PROGRESSING)
         message = f"waiting for `kubectl specfleet promote` or `abort`: {said or reason}"
