@@ -112,15 +112,25 @@ def _field(location: tuple[int | str, ...]) -> str:
 
 
 def secret_parts(url: str) -> tuple[str, ...]:
-    """What of `url` must never reach a log line, as strings to scrub from a library's log records: the whole URL,
-    its userinfo, every path segment and query value long enough to be a token."""
+    """What of `url` must never reach a log line, as strings to scrub from every log record: the whole URL, its
+    userinfo, its token-like path segments and query values, and its path and query whole when they hold one (as
+    an HTTP client's debug line shows them). Plain words (`/services`, `/specfleet`) are left: scrubbing them would
+    mangle every other line of the log."""
     try:
         parts = urlsplit(url)
     except ValueError:
         return (url,)
     found = {url, parts.netloc.rpartition("@")[0] if "@" in parts.netloc else ""}
-    found |= {segment for segment in parts.path.split("/") if len(segment) >= 6}
-    found |= {value for _, value in parse_qsl(parts.query) if len(value) >= 6}
+    tokens = {segment for segment in parts.path.split("/") if _token_like(segment)}
+    tokens |= {value for _, value in parse_qsl(parts.query) if _token_like(value)}
+    if tokens:
+        found |= tokens | {parts.path, f"{parts.path}?{parts.query}" if parts.query else ""}
     if parts.scheme not in ("http", "https"):  # a chat service's own scheme keeps tokens in the host too
         found.add(parts.netloc)
     return tuple(sorted((s for s in found if s), key=len, reverse=True))
+
+
+def _token_like(part: str) -> bool:
+    """Long, or letters mixed with digits: an id or a signature, not a word."""
+    mixed = any(c.isdigit() for c in part) and any(c.isalpha() for c in part)
+    return len(part) >= 16 or (len(part) >= 8 and mixed)

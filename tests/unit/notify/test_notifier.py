@@ -149,3 +149,18 @@ def test_a_librarys_log_line_holding_a_target_url_is_scrubbed(caplog: pytest.Log
         logging.getLogger("urllib3.connectionpool").debug('"POST /%s HTTP/1.1" 500', TOKEN)
         logging.getLogger("apprise").warning("Failed to send to https://hooks.example/%s", TOKEN)
     assert TOKEN not in caplog.text and caplog.text.count("[…]") == 2
+
+
+def test_the_plain_words_of_a_target_url_are_left_in_other_log_lines(caplog: pytest.LogCaptureFixture) -> None:
+    own = parse_targets(
+        f"targets: [{{sink: webhook, url: 'https://events.example.com/specfleet/hooks/{TOKEN}'}}]",
+        "operator",
+        ["webhook"],
+    )
+    Notifier(own, sinks={"webhook": StandInSink()})
+    with caplog.at_level(logging.INFO):
+        logging.getLogger("specfleet.shards").info("label specfleet.io/shard names no shard; see /specfleet/hooks")
+        logging.getLogger("urllib3.connectionpool").info('"POST /specfleet/hooks/%s HTTP/1.1" 200', TOKEN)
+    shards, posted = (r.getMessage() for r in caplog.records)
+    assert shards == "label specfleet.io/shard names no shard; see /specfleet/hooks"
+    assert posted == '"POST […] HTTP/1.1" 200'
