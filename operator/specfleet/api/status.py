@@ -11,6 +11,8 @@ from specfleet.api.custom_guardrails import MAX_CUSTOM_GUARDRAILS
 from specfleet.api.spec import BatchSizeDepth
 
 HISTORY_MAX = 50
+NOTIFIED_MAX = 8
+"""Transitions `status.notified` remembers: more than a rollout makes before it settles at a gate or ends."""
 ShortText = Annotated[str, Field(max_length=1024)]
 ServingSnapshot = Annotated[
     dict[str, JsonValue], WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True})
@@ -612,6 +614,10 @@ class SpeculativeDeploymentStatus(ApiModel):
     """Load points and the proposed batch-size schedule of the depth (with `spec.autoTune`)."""
     acknowledged_commands: Annotated[dict[str, Annotated[str, Field(max_length=256)]], Field(max_length=8)] = {}
     """Command annotations already acted on (name -> value), so a restart never acts on one twice."""
+    notified: Annotated[list[Annotated[str, Field(max_length=256)]], Field(max_length=NOTIFIED_MAX)] = []
+    """The last transitions notified (with notifications on, docs/notifications.md), newest last, each as
+    `uid/generation/transition/step/run`: written with the status that makes the transition, so a restarted
+    operator never sends one twice, and the same transition again (a gate waited at twice) is sent once."""
 
 
 class StatusChanges(TypedDict, total=False):
@@ -659,3 +665,4 @@ class StatusChanges(TypedDict, total=False):
     holdback: HoldbackStatus | None
     auto_tune: AutoTuneStatus | None
     acknowledged_commands: dict[str, str]
+    notified: list[str]

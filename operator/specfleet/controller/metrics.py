@@ -54,6 +54,26 @@ STANDBY = Gauge(
     "a hand-over another shard), by that Lease",
     ["lease"],
 )
+NOTIFICATIONS_SENT_TOTAL = "specfleet_notifications_sent_total"
+NOTIFICATIONS_FAILED_TOTAL = "specfleet_notifications_failed_total"
+NOTIFICATIONS_DROPPED_TOTAL = "specfleet_notifications_dropped_total"
+NOTIFICATIONS_SENT = Counter(
+    NOTIFICATIONS_SENT_TOTAL, "Notifications delivered, by sink and transition", ["sink", "transition"]
+)
+NOTIFICATIONS_FAILED = Counter(
+    NOTIFICATIONS_FAILED_TOTAL,
+    "Notifications given up on after every attempt failed, by sink and transition",
+    ["sink", "transition"],
+)
+NOTIFICATIONS_DROPPED = Counter(
+    NOTIFICATIONS_DROPPED_TOTAL,
+    "Notifications not attempted: the queue was full (queue_full), or a namespace's Secret could not be read "
+    "(secret_unreadable)",
+    ["reason"],
+)
+NOTIFICATION_RETRIES = Counter(
+    "specfleet_notification_retries_total", "Notification attempts that failed and were tried again", ["sink"]
+)
 
 
 class FleetCollector(Collector):

@@ -47,11 +47,13 @@ from specfleet.capacity import room
 from specfleet.controller.analysis import analyze, analyze_candidate, measure_fleet
 from specfleet.controller.kube import Kube, SecretError
 from specfleet.controller.metrics import RECONCILE_SECONDS, RECONCILES, TRANSITIONS
+from specfleet.controller.notifier import Notifier
 from specfleet.controller.outputs import DEFAULT_POD_URL_TEMPLATE, collect_pairs
 from specfleet.controller.queue import FailureBackoff, WorkQueue
 from specfleet.controller.store import PREFLIGHT_POD, Key, Store
 from specfleet.controller.watch import Watched, watch_canary
 from specfleet.metrics.prometheus import Prometheus
+from specfleet.notify.transitions import Fleet, Notification, notifications
 from specfleet.observation import controlled_by, observe, parse
 from specfleet.patches import contains, merge_patch, stamped
 from specfleet.preflight.job import preflight_job
@@ -118,6 +120,9 @@ class Reconciler:
     """Where the writes of one pass that do not depend on each other run at once (a fleet's children, its
     events): a fleet's first pass then takes two round trips to the API server instead of four. None: one
     after the other, in the calling thread."""
+    notifier: Notifier | None = None
+    """Where a pass's transitions go once its status is written (`specfleet run --notifications-config`,
+    `--namespace-notifications`); None: none are derived, and `status.notified` stays as it is."""
     owns: Callable[[Key], Awaitable[bool]] | None = None
     """The shard gate (`controller.shards.ShardGate.owns`), asked before anything of a pass is read or written:
     False leaves the object to another process (the gate queues it again if it must look again). None: all."""
@@ -310,8 +315,9 @@ class Reconciler:
         elif refused is not None:  # the spec changed: render and apply again
             del self._refused[key]
         decision = await self._decide(key, sdep, url, observation)
+        decision, notes = self._notifications(sdep, decision, observation.now)
         children = {kind: self.store.children(kind, key) for kind in ("Deployment", "Service", "Job")}
-        await self._blocking(self._apply, key, body, sdep, decision, children)
+        await self._blocking(self._apply, key, body, sdep, decision, children, self._offering(notes))
         after = decision.requeue_after.total_seconds() if decision.requeue_after is not None else None
         return min(after, self.resync_seconds) if after is not None else self.resync_seconds
 
@@ -368,6 +374,30 @@ class Reconciler:
         else:
             self._watched[key] = watched
         return watch
+
+    def _notifications(
+        self, sdep: SpeculativeDeployment, decision: Decision, now: datetime
+    ) -> tuple[Decision, list[Notification]]:
+        """The transitions this decision makes, and the decision with its status recording them (`notified`)."""
+        if self.notifier is None:
+            return decision, []
+        meta = sdep.metadata
+        fleet = Fleet(meta.namespace, meta.name, meta.uid or "", meta.generation or 0)
+        notes, status = notifications(fleet, sdep.spec, sdep.status, decision.status, now)
+        return (replace(decision, status=status), notes) if notes else (decision, [])
+
+    def _offering(self, notes: list[Notification]) -> Callable[[], None]:
+        """What `_apply` calls once the status recording `notes` is written (from its thread): they go to the
+        notifier's queue on the event loop, whatever the rest of the pass does (the status says they were sent)."""
+        if self.notifier is None or not notes:
+            return lambda: None
+        loop, offer = asyncio.get_running_loop(), self.notifier.offer
+
+        def offered() -> None:
+            for note in notes:
+                loop.call_soon_threadsafe(offer, note)
+
+        return offered
 
     def _decision(self, sdep: SpeculativeDeployment, observation: Observation) -> Decision:
         """One call of the pure `decide` (a seam for counting them: benchmarks/pass_cost.py)."""
@@ -471,12 +501,13 @@ class Reconciler:
         sdep: SpeculativeDeployment,
         decision: Decision,
         children: dict[str, dict[str, Any]],
+        status_written: Callable[[], None] = lambda: None,
     ) -> None:
         """The decision's writes, one named step each, in the order the write discipline needs: traffic off
-        the canary, the status (with its precondition), the wanted children, route weights, pruning, the
-        preflight Job, events, done commands. A refused status write raises and ends the pass there. A
-        decision that holds the children (the spec cannot be rendered) writes the status, events and
-        commands only.
+        the canary, the status (with its precondition; then `status_written`, which hands the pass's
+        notifications on), the wanted children, route weights, pruning, the preflight Job, events, done commands.
+        A refused status write raises and ends the pass there. A decision that holds the children (the spec
+        cannot be rendered) writes the status, events and commands only.
 
         Runs in a thread: it reads only the `children` snapshot taken on the event loop, never the store.
         """
@@ -484,6 +515,7 @@ class Reconciler:
         wanted = [] if held else [stamped(m) for m in self._desired_children(sdep, decision)]
         applied = set() if held else self._take_traffic_off_canary(key, sdep, decision, wanted, children)
         version = self._write_status(key, body, sdep, decision.status)
+        status_written()
         if not held:
             self._ensure_children(key, sdep, wanted, children, applied)
             self._scale_retiring_canary(key, sdep, decision, children)
