@@ -16,7 +16,7 @@ class ErrorRateIncrease(Guardrail):
     reads = Reads.POINTS
     judged_on = "canary error rate - stable's"
     tune_when = (
-        "showing a canary within 1 point takes ~1,700 of its requests: at low traffic give the step time (or "
+        "showing a canary within 1 point takes ~810 of its requests: at low traffic give the step time (or "
         "`onNoData.after`), or accept a looser limit knowingly"
     )
 
