@@ -481,6 +481,10 @@ class Speedup(ApiModel):
     """Stable's output tokens/s per pod / the holdback's (about 1 while both keep up with the same load)."""
     load_ratio: float | None = None
     """Stable's per-pod request rate / the holdback's: the split is fair when near 1."""
+    load_lower: float | None = None
+    """Lower bound of `loadRatio` (the tracks' finished requests as Poisson counts, at the same confidence)."""
+    load_upper: float | None = None
+    """Upper bound of `loadRatio`: the speed-up counts as paying only where both bounds show comparable load."""
     message: ShortText = ""
     """The measurement in words, or why there is none (e.g. too few requests finished)."""
 

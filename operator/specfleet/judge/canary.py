@@ -146,7 +146,7 @@ def judge(
     budget, named = (1 - confidence) / 2, f"{confidence * 100:g}%"
     tests = judged_guardrails(guardrails, speculative)
     per_check = budget / (max(1, steps) * tests)
-    sequence = Look(guardrails, canary, stable, lambda n: sequence_z(n, per_check), named, same_drafter)
+    sequence = Look(guardrails, canary, stable, lambda n: sequence_z(n, per_check), named, same_drafter, per_check)
     checks = _checks(sequence, speculative)
     if guardrails.output_equivalence.enabled:
         checks.append(output_equivalence(guardrails.output_equivalence, pairs, sequence.z, named))
