@@ -62,3 +62,11 @@ def test_a_failure_for_another_revision_is_not_taken() -> None:
     stale = analysis(fleet, Verdict.FAIL)
     fleet.step_with(watch=Watch("another", failure=stale.model_copy(update={"revision": "another"})))
     assert fleet.status.phase is Phase.PROGRESSING and fleet.status.failed_analyses == 0
+
+
+def test_a_pass_whose_analysis_rolls_the_canary_back_asks_for_no_watch() -> None:
+    fleet = guarded_canary()
+    fleet.wait(12)
+    decision = fleet.step_with(analysis(fleet, Verdict.FAIL, acceptance=0.3))
+    assert fleet.status.phase is Phase.ROLLED_BACK and fleet.status.canary_revision is None
+    assert not decision.watch_due  # nothing is left to watch: the shell would ask about no revision
