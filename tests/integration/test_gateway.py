@@ -13,8 +13,11 @@ from typing import Any
 
 import pytest
 
+from specfleet.api.resource import SpeculativeDeployment
+from specfleet.api.vocabulary import Track
+from specfleet.render.manifests import EndpointPicker, inference_pool
 from specfleet_workshop.devcluster.cluster import ClusterInfo
-from specfleet_workshop.devcluster.gateway import install_httproute_crd
+from specfleet_workshop.devcluster.gateway import install_httproute_crd, install_inference_pool_crd
 
 from fleetkit import (
     EAGLE3_K5,
@@ -47,6 +50,11 @@ BAD_DRAFTER = {**EAGLE3_K5, "model": "bad/EAGLE3-drafter"}
 @pytest.fixture(scope="session")
 def httproute_crd(dev_cluster: ClusterInfo) -> None:
     install_httproute_crd(dev_cluster)
+
+
+@pytest.fixture(scope="session")
+def inference_pool_crd(dev_cluster: ClusterInfo) -> None:
+    install_inference_pool_crd(dev_cluster)
 
 
 def through_gateway(simulator: Simulator, fleet: Fleet, load: float, **streams: dict[str, str]) -> None:
@@ -195,3 +203,42 @@ def route_rules_of(fleet: Fleet) -> list[dict[str, Any]]:
         "gateway.networking.k8s.io", "v1", fleet.namespace, "httproutes", "llm"
     )
     return route["spec"]["rules"]
+
+
+@pytest.mark.timeout(600)
+def test_rendered_inference_pools_are_accepted_by_the_v1_api_and_routed_to_their_tracks_pods(
+    httproute_crd: None, inference_pool_crd: None, operator: Operator, simulator: Simulator, fleet: Fleet
+) -> None:
+    """The InferencePools specfleet renders, one per track, are valid objects of the published v1 API, and a route
+    whose backends are InferencePools sends each request to a Ready pod of the track the pool selects: at 25% to
+    the canary's pool, the canary's pods serve their share, and mirrored copies go to the canary's pool alone."""
+    through_gateway(simulator, fleet, load=40.0)
+    fleet.apply(ROUTE)
+    steps = [{"weight": 25, "pause": {}}, {"weight": 50, "pause": {}}]
+    healthy(fleet, replicas=4, rollout={"trafficRouting": ROUTED, "steps": steps})
+    fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 2}})
+    wait_for("step 1's gate", lambda: at_gate(fleet, 0))
+    owner = SpeculativeDeployment.model_validate(fleet.get("llama"))
+    picker = EndpointPicker(name="llm-epp", port=9002)
+    for track in (Track.STABLE, Track.CANARY):
+        fleet.apply(inference_pool(owner, track, picker))
+    pool = {"group": "inference.networking.k8s.io", "kind": "InferencePool", "port": 8000}
+    refs = [{**pool, "name": "llama-stable", "weight": 75}, {**pool, "name": "llama-canary", "weight": 25}]
+    mirror = {"backendRef": {**pool, "name": "llama-canary"}, "percent": 50}
+    rule = {"backendRefs": refs, "filters": [{"type": "RequestMirror", "requestMirror": mirror}]}
+    fleet.apply({**ROUTE, "metadata": {"name": "pools"}, "spec": {"rules": [rule]}})
+    simulator.put({**SCENARIO, "gateway": [{"route": f"{fleet.namespace}/pools", "load": 40.0}]})
+    canary = f"{fleet.namespace}/llama-canary"
+    wait_for("the gateway to route by the pools", lambda: gateway(simulator)[0]["routing"]["weights"].get(canary) == 25)
+    before = gateway(simulator)[0]
+    now = wait_for(
+        "1,500 more requests", lambda: (g := gateway(simulator)[0])["requests"] - before["requests"] >= 1500 and g
+    )
+
+    def more(what: str, service: str = "llama-canary") -> int:
+        return backend(now, fleet, service)[what] - backend(before, fleet, service)[what]
+
+    total = now["requests"] - before["requests"]
+    assert within_sampling_error(more("served"), total, 0.25), (now, before)
+    assert within_sampling_error(more("mirrored"), total, 0.5), (now, before)
+    assert more("unserved") == 0 and more("unserved", "llama-stable") == 0 and more("mirrored", "llama-stable") == 0
