@@ -28,7 +28,15 @@ from typing import Any
 import kopf
 from kubernetes.dynamic.exceptions import ConflictError
 
-from specfleet.api.vocabulary import FIELD_MANAGER, GROUP, LABEL_NAME, LABEL_PREFLIGHT, PLURAL, VERSION
+from specfleet.api.vocabulary import (
+    FIELD_MANAGER,
+    GROUP,
+    INFERENCE_GROUP,
+    LABEL_NAME,
+    LABEL_PREFLIGHT,
+    PLURAL,
+    VERSION,
+)
 from specfleet.controller.kube import Kube, connection_info
 from specfleet.controller.metrics import LEADER, FleetCollector
 from specfleet.controller.outputs import DEFAULT_POD_URL_TEMPLATE
@@ -249,11 +257,13 @@ class ChildWatch:
 CHILD_WATCHES = (
     ChildWatch("apps", "v1", "deployments", "Deployment", MANAGED),
     ChildWatch("", "v1", "services", "Service", MANAGED),
+    ChildWatch(INFERENCE_GROUP, "v1", "inferencepools", "InferencePool", MANAGED),
     ChildWatch("", "v1", "pods", "Pod", {LABEL_NAME: kopf.PRESENT}),
     ChildWatch("batch", "v1", "jobs", "Job", {LABEL_PREFLIGHT: kopf.PRESENT}),
     ChildWatch("", "v1", "pods", PREFLIGHT_POD, {LABEL_PREFLIGHT: kopf.PRESENT}, LABEL_PREFLIGHT),
 )
-"""The children the operator watches: its own Deployments and Services, the pods of its fleets, preflight Jobs
+"""The children the operator watches: its own Deployments, Services and InferencePools (watched once their CRD is
+served, which kopf notices), the pods of its fleets, preflight Jobs
 and their pods."""
 
 

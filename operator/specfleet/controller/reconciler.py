@@ -31,11 +31,13 @@ from kubernetes.dynamic.exceptions import (
 from urllib3.exceptions import HTTPError
 
 from specfleet.api.resource import SpeculativeDeployment
+from specfleet.api.spec import EndpointPickerRef
 from specfleet.api.status import Analysis, ConditionStatus, SpeculativeDeploymentStatus, StatusChanges, Verdict
 from specfleet.api.vocabulary import (
     ANNOTATION_HTTP_ROUTE,
     API_VERSION,
     GROUP,
+    INFERENCEPOOL_API_VERSION,
     KIND,
     LABEL_TRACK,
     LABEL_TRAFFIC,
@@ -63,7 +65,16 @@ from specfleet.reach import (
     prometheus_refusal,
     references_service,
 )
-from specfleet.render.manifests import Manifest, child_name, deployment, fleet_selector, route_rules, service
+from specfleet.render.manifests import (
+    BackendKind,
+    Manifest,
+    child_name,
+    deployment,
+    fleet_selector,
+    inference_pool,
+    route_rules,
+    service,
+)
 from specfleet.render.policy import DEFAULT_POLICY, TemplatePolicy
 from specfleet.rollout import Decision, FleetLook, Observation, TrackTarget, decide
 from specfleet.rollout.types import NO_PROMETHEUS, GpuRequest, GpuRoom, set_condition
@@ -299,7 +310,7 @@ class Reconciler:
         elif refused is not None:  # the spec changed: render and apply again
             del self._refused[key]
         decision = await self._decide(key, sdep, url, observation)
-        children = {kind: self.store.children(kind, key) for kind in ("Deployment", "Service", "Job")}
+        children = {kind: self.store.children(kind, key) for kind in ("Deployment", "Service", "InferencePool", "Job")}
         await self._blocking(self._apply, key, body, sdep, decision, children)
         after = decision.requeue_after.total_seconds() if decision.requeue_after is not None else None
         return min(after, self.resync_seconds) if after is not None else self.resync_seconds
@@ -543,7 +554,8 @@ class Reconciler:
         keep = {(m["kind"], m["metadata"]["name"]) for m in wanted}
         still_selected = self._canary_still_selected(sdep, children)
         if decision.keep_canary or still_selected:
-            keep |= {("Deployment", child_name(sdep, Track.CANARY)), ("Service", child_name(sdep, Track.CANARY))}
+            canary = child_name(sdep, Track.CANARY)
+            keep |= {("Deployment", canary), ("Service", canary), ("InferencePool", canary)}
         if still_selected and not decision.candidates:  # the slices ended: they go once the Service left them
             prefix = f"{child_name(sdep, Track.CANDIDATE)}-"
             keep |= {("Deployment", name) for name in children.get("Deployment", {}) if name.startswith(prefix)}
@@ -654,10 +666,27 @@ class Reconciler:
         routing = sdep.spec.rollout.traffic_routing
         return bool(routing and routing.http_route) and self.kube.has_kind(HTTPROUTE_API_VERSION, "HTTPRoute")
 
+    def _pooled(self, sdep: SpeculativeDeployment) -> EndpointPickerRef | None:
+        """The endpoint picker of the fleet's InferencePools when the route's backends are InferencePools (named in
+        the spec beside the route, and both CRDs installed); None: the route sends to the track Services."""
+        routing = sdep.spec.rollout.traffic_routing
+        pools = routing.inference_pool if routing is not None else None
+        if (
+            pools is None
+            or not self._routed(sdep)
+            or not self.kube.has_kind(INFERENCEPOOL_API_VERSION, "InferencePool")
+        ):
+            return None
+        return pools.endpoint_picker_ref
+
+    def _backend_kind(self, sdep: SpeculativeDeployment) -> BackendKind:
+        routing = sdep.spec.rollout.traffic_routing
+        return "InferencePool" if routing is not None and routing.inference_pool is not None else "Service"
+
     def _desired_children(self, sdep: SpeculativeDeployment, decision: Decision) -> list[Manifest]:
         users_on_canary = decision.canary_traffic and not decision.canary_mirror  # a shadow step serves none
         children = [service(sdep, canary_traffic=users_on_canary, holdback_traffic=decision.holdback_traffic)]
-        routed = self._routed(sdep)
+        routed, pooled = self._routed(sdep), self._pooled(sdep)
         with_holdback = Track.HOLDBACK in decision.targets
         for track, target in decision.targets.items():
             serving = sdep.model_copy(update={"spec": sdep.spec.with_serving(target.serving)})
@@ -665,6 +694,8 @@ class Reconciler:
             children.append(deployment(serving, track, target.revision, target.replicas, always_served=always))
             if routed:
                 children.append(service(sdep, track, route=self._route_name(sdep)))
+            if pooled is not None:
+                children.append(inference_pool(sdep, track, pooled))
         for index, target in decision.candidates:
             serving = sdep.model_copy(update={"spec": sdep.spec.with_serving(target.serving)})
             children.append(deployment(serving, Track.CANDIDATE, target.revision, target.replicas, candidate=index))
@@ -702,7 +733,14 @@ class Reconciler:
         rules = route.get("spec", {}).get("rules") or []
         header = ref.canary_header if pinned else None
         wanted = route_rules(
-            sdep, rules, weight, holdback_weight, route_namespace=namespace, canary_mirror=mirror, canary_header=header
+            sdep,
+            rules,
+            weight,
+            holdback_weight,
+            route_namespace=namespace,
+            canary_mirror=mirror,
+            canary_header=header,
+            backend_kind=self._backend_kind(sdep),
         )
         if wanted != rules:
             body = {"metadata": {"resourceVersion": route["metadata"]["resourceVersion"]}, "spec": {"rules": wanted}}
@@ -744,7 +782,8 @@ class Reconciler:
         wanted: set[tuple[str, str]],
         children: dict[str, dict[str, Any]],
     ) -> None:
-        for kind, api_version in (("Deployment", "apps/v1"), ("Service", "v1")):
+        kinds = (("Deployment", "apps/v1"), ("Service", "v1"), ("InferencePool", INFERENCEPOOL_API_VERSION))
+        for kind, api_version in kinds:
             for name, obj in children.get(kind, {}).items():
                 if (kind, name) not in wanted and controlled_by(obj, sdep.metadata.uid):
                     self.kube.delete(api_version, kind, key[0], name, obj["metadata"]["uid"])

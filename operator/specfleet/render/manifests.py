@@ -11,18 +11,25 @@ import hashlib
 import json
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from specfleet.api.durations import parse_duration
 from specfleet.api.problems import InvalidSpecError, Problem
 from specfleet.api.resource import SpeculativeDeployment
-from specfleet.api.spec import HeaderMatch, SpeculativeDeploymentSpec, SpeculativeMethod, SpeculativeSpec
+from specfleet.api.spec import (
+    EndpointPickerRef,
+    HeaderMatch,
+    SpeculativeDeploymentSpec,
+    SpeculativeMethod,
+    SpeculativeSpec,
+)
 from specfleet.api.vocabulary import (
     ALWAYS_SERVED,
     ANNOTATION_HTTP_ROUTE,
     API_VERSION,
     FIELD_MANAGER,
+    INFERENCE_GROUP,
+    INFERENCEPOOL_API_VERSION,
     KIND,
     LABEL_CANDIDATE,
     LABEL_NAME,
@@ -38,8 +45,6 @@ from specfleet.render.podtemplate import fitted_pod
 
 Manifest = dict[str, Any]
 
-INFERENCE_GROUP = "inference.networking.k8s.io"
-INFERENCEPOOL_API_VERSION = f"{INFERENCE_GROUP}/v1"
 BackendKind = Literal["Service", "InferencePool"]
 """What the fleet's backendRefs on an HTTPRoute are: the tracks' Services, or their InferencePools."""
 
@@ -326,20 +331,11 @@ def service(
     }
 
 
-@dataclass(frozen=True)
-class EndpointPicker:
-    """The endpoint picker (a Service and its port) an InferencePool hands its requests' pod choice to."""
-
-    name: str
-    port: int
-    failure_mode: Literal["FailOpen", "FailClose"] = "FailClose"
-    """What the gateway does when the picker does not answer: `FailClose` refuses the request (the v1 default)."""
-
-
-def inference_pool(sdep: SpeculativeDeployment, track: Track, picker: EndpointPicker) -> Manifest:
+def inference_pool(sdep: SpeculativeDeployment, track: Track, picker: EndpointPickerRef) -> Manifest:
     """One track's InferencePool (Gateway API Inference Extension v1), named like the track's Service: the track's
-    pods by their labels, on the serving port, with the endpoint picker given. One pool per track, so a canary's
-    pods never join stable's pool (an endpoint picker's predictions assume a pool of identical configs)."""
+    pods by their labels, on the serving port, with the track's endpoint picker (`<endpointPickerRef.name>-<track>`:
+    a picker serves one pool). One pool per track, so a canary's pods never join stable's pool (an endpoint
+    picker's predictions assume a pool of identical configs)."""
     labels = {**_common_labels(sdep), **selector_labels(sdep, track)}
     return {
         "apiVersion": INFERENCEPOOL_API_VERSION,
@@ -349,9 +345,9 @@ def inference_pool(sdep: SpeculativeDeployment, track: Track, picker: EndpointPi
             "selector": {"matchLabels": selector_labels(sdep, track)},
             "targetPorts": [{"number": VLLM_PORT}],
             "endpointPickerRef": {
-                "name": picker.name,
+                "name": f"{picker.name}-{track.value}",
                 "port": {"number": picker.port},
-                "failureMode": picker.failure_mode,
+                "failureMode": picker.failure_mode.value,
             },
         },
     }

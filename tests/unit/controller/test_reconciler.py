@@ -319,6 +319,45 @@ def test_a_shadow_step_mirrors_on_the_route_and_keeps_the_fleet_service_on_stabl
     assert fleet_service["spec"]["selector"]["specfleet.io/track"] == "stable"
 
 
+POOLED = {"httpRoute": {"name": "llm"}, "inferencePool": {"endpointPickerRef": {"name": "llm-epp", "port": 9002}}}
+
+
+def pooled_world(kinds: set[str]) -> tuple[Store, BodyRecordingKube]:
+    """A canary at a shadow step whose route `llm` sends to the InferencePool `<name>-stable`."""
+    shadow = {"steps": [{"mirror": 50, "pause": {}}], "analysis": {"interval": "1m"}}
+    store, _ = canary_world(rollout={**shadow, "trafficRouting": POOLED})
+    kube = BodyRecordingKube()
+    kube.kinds = kinds
+    stable = {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": f"{KEY[1]}-stable", "port": 8000}
+    route = {"metadata": {"name": "llm", "namespace": KEY[0], "resourceVersion": "5"},
+             "spec": {"rules": [{"backendRefs": [stable]}]}}  # fmt: skip
+    kube.objects["HTTPRoute", KEY[0], "llm"] = route
+    return store, kube
+
+
+def test_a_pooled_fleet_owns_a_pool_per_track_and_mirrors_to_the_canary_pool_on_the_route() -> None:
+    store, kube = pooled_world({"HTTPRoute", "InferencePool"})
+    reconcile(kube, store)
+    pools = {b["metadata"]["name"]: b["spec"] for b in kube.bodies if b.get("kind") == "InferencePool"}
+    assert set(pools) == {f"{KEY[1]}-stable", f"{KEY[1]}-canary"}
+    assert pools[f"{KEY[1]}-canary"]["selector"]["matchLabels"]["specfleet.io/track"] == "canary"
+    assert pools[f"{KEY[1]}-canary"]["endpointPickerRef"]["name"] == "llm-epp-canary"  # a picker serves one pool
+    [rules] = [b["spec"]["rules"] for b in kube.bodies if "rules" in b.get("spec", {})]
+    mirror = rules[0]["filters"][0]["requestMirror"]
+    assert mirror["backendRef"]["kind"] == "InferencePool" and mirror["backendRef"]["name"] == f"{KEY[1]}-canary"
+    assert [(r["kind"], r["name"], r["weight"]) for r in rules[0]["backendRefs"]] == [
+        ("InferencePool", f"{KEY[1]}-stable", 100)
+    ]
+
+
+def test_without_the_inferencepool_crd_no_pool_is_written_and_the_route_sends_no_user_to_the_canary() -> None:
+    store, kube = pooled_world({"HTTPRoute"})
+    reconcile(kube, store)
+    assert not [w for w in kube.writes if "InferencePool" in w[1:3]]
+    [rules] = [b["spec"]["rules"] for b in kube.bodies if "rules" in b.get("spec", {})]
+    assert [r["weight"] for r in rules[0]["backendRefs"]] == [100]
+
+
 def test_a_route_in_another_namespace_is_not_touched_without_a_reference_grant_and_the_fleet_says_why() -> None:
     store, kube = routed_world(ROUTES_NS)
     reconcile(kube, store)

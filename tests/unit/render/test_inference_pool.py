@@ -4,13 +4,14 @@ stand-in gateway. Groundwork: no spec field renders these yet."""
 
 import random
 
+from specfleet.api.spec import EndpointPickerRef
 from specfleet.api.vocabulary import LABEL_NAME, LABEL_TRACK, Track
-from specfleet.render.manifests import EndpointPicker, inference_pool, route_rules
+from specfleet.render.manifests import inference_pool, route_rules
 from specfleet_workshop.sim.gateway import INFERENCE_POOL, Backend, parse_rules, route_request
 
 from speckit import sdep
 
-PICKER = EndpointPicker(name="llm-epp", port=9002)
+PICKER = EndpointPickerRef(name="llm-epp", port=9002)
 POOL = {"group": "inference.networking.k8s.io", "kind": "InferencePool"}
 
 
@@ -23,9 +24,10 @@ def test_each_track_has_its_own_pool_selecting_its_pods_on_the_serving_port() ->
     assert stable["spec"] == {
         "selector": {"matchLabels": {LABEL_NAME: "llama-eagle3", LABEL_TRACK: "stable"}},
         "targetPorts": [{"number": 8000}],
-        "endpointPickerRef": {"name": "llm-epp", "port": {"number": 9002}, "failureMode": "FailClose"},
+        "endpointPickerRef": {"name": "llm-epp-stable", "port": {"number": 9002}, "failureMode": "FailClose"},
     }
     assert canary["spec"]["selector"]["matchLabels"][LABEL_TRACK] == "canary"  # never stable's pool
+    assert canary["spec"]["endpointPickerRef"]["name"] == "llm-epp-canary"  # nor its picker
 
 
 def test_pool_backends_are_weighted_per_step_and_mirrored_in_a_shadow_step() -> None:
