@@ -9,6 +9,8 @@ operator are real. What a test states is what a user has: the drafter's alpha, t
 import json
 import math
 import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -52,6 +54,19 @@ def httproute_crd(dev_cluster: ClusterInfo) -> None:
 @pytest.fixture(scope="session")
 def inference_pool_crd(dev_cluster: ClusterInfo) -> None:
     install_inference_pool_crd(dev_cluster)
+
+
+@pytest.fixture
+def pooling_operator(
+    dev_cluster: ClusterInfo, crd_installed: None, namespace: str, tmp_path: Path
+) -> Iterator[Operator]:
+    """The operator judging canaries from the dev cluster's Prometheus, owning InferencePools (`--inference-pools`)."""
+    running = Operator(
+        dev_cluster, namespace, tmp_path / "operator.log", dev_cluster.prometheus_url, extra=("--inference-pools",)
+    )
+    running.start()
+    yield running
+    running.stop()
 
 
 def through_gateway(simulator: Simulator, fleet: Fleet, load: float, **streams: dict[str, str]) -> None:
@@ -210,7 +225,7 @@ POOLED = {**ROUTED, "inferencePool": {"endpointPickerRef": {"name": "llm-epp", "
 
 @pytest.mark.timeout(OUTCOME_SECONDS + 300)
 def test_with_inference_pools_a_bad_drafter_in_a_shadow_step_is_rolled_back_before_any_user_request_reaches_it(
-    httproute_crd: None, inference_pool_crd: None, guarded_operator: Operator, simulator: Simulator, fleet: Fleet
+    httproute_crd: None, inference_pool_crd: None, pooling_operator: Operator, simulator: Simulator, fleet: Fleet
 ) -> None:
     """The route sends to InferencePools, one per track, that the fleet owns: alpha 0.3 against a plain stable,
     judged on a copy of half of stable's requests sent to the canary's pool, is rolled back; the gateway counted no

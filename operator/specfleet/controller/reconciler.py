@@ -37,6 +37,7 @@ from specfleet.api.vocabulary import (
     ANNOTATION_HTTP_ROUTE,
     API_VERSION,
     GROUP,
+    INFERENCE_GROUP,
     INFERENCEPOOL_API_VERSION,
     KIND,
     LABEL_TRACK,
@@ -121,6 +122,9 @@ class Reconciler:
     template_policy: TemplatePolicy = DEFAULT_POLICY
     """`specfleet run --template-policy`: what a fleet's `spec.template` may add to the pods (`render.policy`);
     a template it refuses makes the spec invalid, and nothing is rendered from it."""
+    inference_pools: bool = False
+    """`specfleet run --inference-pools`: own the InferencePools of fleets with `trafficRouting.inferencePool`;
+    without it none is written (and the route gives such a fleet's canary no request)."""
     threads: Executor | None = None
     """Where blocking calls (the Kubernetes client, Prometheus) run: one thread per worker, so `--workers`
     objects are reconciled at once. None: asyncio's default pool, which has only cores + 4 threads."""
@@ -559,43 +563,45 @@ class Reconciler:
         if still_selected and not decision.candidates:  # the slices ended: they go once the Service left them
             prefix = f"{child_name(sdep, Track.CANDIDATE)}-"
             keep |= {("Deployment", name) for name in children.get("Deployment", {}) if name.startswith(prefix)}
-        keep |= self._still_routed(key, body, sdep, keep, children.get("Service", {}))
+        for kind in ("Service", "InferencePool"):
+            keep |= self._still_routed(key, body, sdep, kind, keep, children.get(kind, {}))
         self._delete_unwanted(key, sdep, keep, children)
 
     def _still_routed(
-        self, key: Key, body: dict[str, Any], sdep: SpeculativeDeployment, keep: set[tuple[str, str]],
-        services: dict[str, Any],
+        self, key: Key, body: dict[str, Any], sdep: SpeculativeDeployment, kind: str, keep: set[tuple[str, str]],
+        backends: dict[str, Any],
     ) -> set[tuple[str, str]]:  # fmt: skip
-        """The track Services about to be deleted that the HTTPRoute they were made for (their annotation) still
-        sends to, or that cannot be asked: deleting one would break the route (`trafficRouting` removed while the
-        route still names `<name>-stable`), so it stays, with one Warning event, until the route leaves it."""
+        """The track Services (or InferencePools, `kind`) about to be deleted that the HTTPRoute they were made for
+        (their annotation) still sends to, or that cannot be asked: deleting one would break the route
+        (`trafficRouting` removed while the route still names `<name>-stable`), so it stays, with one Warning event,
+        until the route leaves it."""
         kept: set[tuple[str, str]] = set()
         said = self._still_routed_said.setdefault(key, set())
-        for name, observed in services.items():
+        group = INFERENCE_GROUP if kind == "InferencePool" else ""
+        for name, observed in backends.items():
             route = ((observed.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_HTTP_ROUTE)
-            if ("Service", name) in keep or not route or not controlled_by(observed, sdep.metadata.uid):
+            if (kind, name) in keep or not route or not controlled_by(observed, sdep.metadata.uid):
                 continue
             namespace, _, route_name = str(route).partition("/")
             if not namespace or not route_name:  # not an annotation this operator wrote: no route recorded
                 continue
             try:
                 found = self.kube.read(HTTPROUTE_API_VERSION, "HTTPRoute", namespace, route_name)
-                why = (
-                    f"HTTPRoute {route} still sends to it" if found and references_service(found, key[0], name) else ""
-                )
+                sends = found is not None and references_service(found, key[0], name, (group, kind))
+                why = f"HTTPRoute {route} still sends to it" if sends else ""
             except ResourceNotFoundError:  # no HTTPRoute kind served any more: no route can send to it
                 why = ""
             except (ApiException, HTTPError, OSError) as error:  # fail closed: a Service is not deleted blind
                 why = f"HTTPRoute {route} could not be read ({_said(error)})"
             if not why:
-                said.discard(name)
+                said.discard(f"{kind}/{name}")
                 continue
-            kept.add(("Service", name))
-            if name not in said:
-                said.add(name)
-                message = f"Service {name} kept: {why}; it is deleted once no route sends to it"
+            kept.add((kind, name))
+            if f"{kind}/{name}" not in said:
+                said.add(f"{kind}/{name}")
+                message = f"{kind} {name} kept: {why}; it is deleted once no route sends to it"
                 logger.warning("%s/%s: %s", *key, message)
-                self.kube.post_event(body, "Warning", "ServiceStillRouted", message)
+                self.kube.post_event(body, "Warning", f"{kind}StillRouted", message)
         return kept
 
     def _post_events(self, key: Key, body: dict[str, Any], decision: Decision) -> None:
@@ -668,14 +674,12 @@ class Reconciler:
 
     def _pooled(self, sdep: SpeculativeDeployment) -> EndpointPickerRef | None:
         """The endpoint picker of the fleet's InferencePools when the route's backends are InferencePools (named in
-        the spec beside the route, and both CRDs installed); None: the route sends to the track Services."""
+        the spec beside the route, `--inference-pools`, and both CRDs installed); None: no pool is written."""
         routing = sdep.spec.rollout.traffic_routing
         pools = routing.inference_pool if routing is not None else None
-        if (
-            pools is None
-            or not self._routed(sdep)
-            or not self.kube.has_kind(INFERENCEPOOL_API_VERSION, "InferencePool")
-        ):
+        if pools is None or not self.inference_pools or not self._routed(sdep):
+            return None
+        if not self.kube.has_kind(INFERENCEPOOL_API_VERSION, "InferencePool"):
             return None
         return pools.endpoint_picker_ref
 
@@ -695,7 +699,7 @@ class Reconciler:
             if routed:
                 children.append(service(sdep, track, route=self._route_name(sdep)))
             if pooled is not None:
-                children.append(inference_pool(sdep, track, pooled))
+                children.append(inference_pool(sdep, track, pooled, route=self._route_name(sdep)))
         for index, target in decision.candidates:
             serving = sdep.model_copy(update={"spec": sdep.spec.with_serving(target.serving)})
             children.append(deployment(serving, Track.CANDIDATE, target.revision, target.replicas, candidate=index))

@@ -66,8 +66,8 @@ CHILD_LISTS = (
     ("Job", "batch/v1", "Job", LABEL_PREFLIGHT, ""),
     (PREFLIGHT_POD, "v1", "Pod", LABEL_PREFLIGHT, ""),
 )
-"""(store kind, apiVersion, kind, the label naming the fleet, more selector): what the watches keep per fleet (a kind
-the API server does not serve, InferencePool without its CRD, has none)."""
+"""(store kind, apiVersion, kind, the label naming the fleet, more selector): what the watches keep per fleet
+(InferencePools only with `--inference-pools` and their CRD served)."""
 
 
 @dataclass
@@ -88,6 +88,8 @@ class ShardGate:
     lease_duration: float = 15.0
     retry_period: float = 2.0
     clock: Callable[[], float] = time.monotonic
+    inference_pools: bool = False
+    """`--inference-pools`: a fleet's InferencePools are among the children listed (when their CRD is served)."""
     owned: set[Key] = field(default_factory=set)
     """The fleets this process acted on in its current term (the `specfleet_owned_fleets` gauge)."""
     _term: int = 0
@@ -342,7 +344,7 @@ class ShardGate:
         namespace, name = key
         found = []
         for kind, api_version, api_kind, label, more in CHILD_LISTS:
-            if not self.kube.has_kind(api_version, api_kind):
+            if api_kind == "InferencePool" and not (self.inference_pools and self.kube.has_kind(api_version, api_kind)):
                 continue
             selector = ",".join(filter(None, (f"{label}={name}", more)))
             found += [(kind, label, obj) for obj in self.kube.list_labelled(api_version, api_kind, namespace, selector)]

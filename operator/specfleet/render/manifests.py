@@ -331,16 +331,21 @@ def service(
     }
 
 
-def inference_pool(sdep: SpeculativeDeployment, track: Track, picker: EndpointPickerRef) -> Manifest:
+def inference_pool(
+    sdep: SpeculativeDeployment, track: Track, picker: EndpointPickerRef, route: str | None = None
+) -> Manifest:
     """One track's InferencePool (Gateway API Inference Extension v1), named like the track's Service: the track's
     pods by their labels, on the serving port, with the track's endpoint picker (`<endpointPickerRef.name>-<track>`:
     a picker serves one pool). One pool per track, so a canary's pods never join stable's pool (an endpoint
-    picker's predictions assume a pool of identical configs)."""
-    labels = {**_common_labels(sdep), **selector_labels(sdep, track)}
+    picker's predictions assume a pool of identical configs). Like a track's Service, it names the HTTPRoute
+    (`route`, namespace/name) it was made for in an annotation."""
+    metadata = child_metadata(sdep, child_name(sdep, track), {**_common_labels(sdep), **selector_labels(sdep, track)})
+    if route is not None:
+        metadata["annotations"] = {ANNOTATION_HTTP_ROUTE: route}
     return {
         "apiVersion": INFERENCEPOOL_API_VERSION,
         "kind": "InferencePool",
-        "metadata": child_metadata(sdep, child_name(sdep, track), labels),
+        "metadata": metadata,
         "spec": {
             "selector": {"matchLabels": selector_labels(sdep, track)},
             "targetPorts": [{"number": VLLM_PORT}],

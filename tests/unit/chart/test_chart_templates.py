@@ -238,6 +238,8 @@ def test_inferencepools_only_when_pool_routing_is_on(helm: Path) -> None:
         return [r for r in rules if any("inference" in group for group in r["apiGroups"])]
 
     assert pool_rules() == [] and pool_rules("--set", "gatewayAPI.enabled=true") == []
+    assert "--inference-pools" not in container(render(helm))["args"]  # nor watched: it would be refused
+    assert "--inference-pools" in container(render(helm, "--set", "inferencePools.enabled=true"))["args"]
     assert pool_rules("--set", "inferencePools.enabled=true") == [
         {
             "apiGroups": ["inference.networking.k8s.io"],

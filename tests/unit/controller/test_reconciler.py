@@ -17,6 +17,7 @@ from kubernetes.dynamic.exceptions import ConflictError, ForbiddenError, Unproce
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from specfleet.api.resource import SpeculativeDeployment
+from specfleet.api.spec import EndpointPickerRef
 from specfleet.api.status import Phase, SpeculativeDeploymentStatus
 from specfleet.api.vocabulary import LABEL_NAME, LABEL_REVISION, LABEL_TRACK, Track
 from specfleet.controller import reconciler as reconciler_module
@@ -25,7 +26,7 @@ from specfleet.controller.queue import WorkQueue
 from specfleet.controller.reconciler import RECONCILE_ERROR, RECONCILE_STALLED, Reconciler, failed_sync
 from specfleet.controller.store import Store
 from specfleet.hardware import GPU_RESOURCE, MI300X, PRODUCT_NAME_LABEL
-from specfleet.render.manifests import deployment, revision, service
+from specfleet.render.manifests import deployment, inference_pool, revision, service
 from specfleet.rollout import Decision, Observation, decide
 from specfleet.rollout.types import NO_PROMETHEUS, GpuRequest, GpuRoom
 
@@ -335,9 +336,20 @@ def pooled_world(kinds: set[str]) -> tuple[Store, BodyRecordingKube]:
     return store, kube
 
 
+def pooling(kube: RecordingKube, store: Store, enabled: bool = True) -> Reconciler:
+    """A reconciler of `specfleet run --inference-pools` (or without it)."""
+    return Reconciler(kube, store, WorkQueue(), clock=lambda: NOW, inference_pools=enabled)  # type: ignore[arg-type]
+
+
+def test_without_the_inference_pools_flag_no_pool_is_written() -> None:
+    store, kube = pooled_world({"HTTPRoute", "InferencePool"})
+    reconcile(kube, store, pooling(kube, store, enabled=False))
+    assert not [w for w in kube.writes if "InferencePool" in w[1:3]]
+
+
 def test_a_pooled_fleet_owns_a_pool_per_track_and_mirrors_to_the_canary_pool_on_the_route() -> None:
     store, kube = pooled_world({"HTTPRoute", "InferencePool"})
-    reconcile(kube, store)
+    reconcile(kube, store, pooling(kube, store))
     pools = {b["metadata"]["name"]: b["spec"] for b in kube.bodies if b.get("kind") == "InferencePool"}
     assert set(pools) == {f"{KEY[1]}-stable", f"{KEY[1]}-canary"}
     assert pools[f"{KEY[1]}-canary"]["selector"]["matchLabels"]["specfleet.io/track"] == "canary"
@@ -352,7 +364,7 @@ def test_a_pooled_fleet_owns_a_pool_per_track_and_mirrors_to_the_canary_pool_on_
 
 def test_without_the_inferencepool_crd_no_pool_is_written_and_the_route_sends_no_user_to_the_canary() -> None:
     store, kube = pooled_world({"HTTPRoute"})
-    reconcile(kube, store)
+    reconcile(kube, store, pooling(kube, store))
     assert not [w for w in kube.writes if "InferencePool" in w[1:3]]
     [rules] = [b["spec"]["rules"] for b in kube.bodies if "rules" in b.get("spec", {})]
     assert [r["weight"] for r in rules[0]["backendRefs"]] == [100]
@@ -418,6 +430,31 @@ def test_without_traffic_routing_a_service_a_route_still_sends_to_is_kept_until_
     reconcile(kube, store, reconciler)
     deleted = [w[2] for w in kube.writes if w[:2] == ("delete", "Service")]
     assert f"{KEY[1]}-stable" in deleted
+
+
+def test_without_pool_routing_a_pool_the_route_still_sends_to_is_kept_until_it_does_not() -> None:
+    """trafficRouting.inferencePool removed from a live fleet: its `-stable` InferencePool stays while the route
+    still sends to it, with a Warning event; the `-canary` one, which the route does not name, goes at once."""
+    store, kube = pooled_world({"HTTPRoute", "InferencePool"})
+    sdep = SpeculativeDeployment.from_mapping(store.sdeps[KEY])
+    picker = EndpointPickerRef(name="llm-epp", port=9002)
+    store.put_sdep(
+        merged(store.sdeps[KEY], {"spec": {"rollout": {"trafficRouting": {"inferencePool": None}}}}), deleted=False
+    )
+    for track in (Track.STABLE, Track.CANARY):
+        manifest = inference_pool(sdep, track, picker, route=f"{KEY[0]}/llm")
+        manifest["metadata"]["uid"] = f"uid-pool-{track.value}"
+        store.put_child("InferencePool", manifest, deleted=False)
+    reconciler = pooling(kube, store)
+    reconcile(kube, store, reconciler)
+    deleted = [w[2] for w in kube.writes if w[:2] == ("delete", "InferencePool")]
+    assert deleted == [f"{KEY[1]}-canary"] and kube.events.count("InferencePoolStillRouted") == 1
+    route = kube.objects["HTTPRoute", KEY[0], "llm"]
+    assert isinstance(route, dict)
+    route["spec"]["rules"][0]["backendRefs"][0] = {"name": f"{KEY[1]}-stable", "port": 8000}  # back to the Service
+    store.put_sdep(merged(store.sdeps[KEY], {"metadata": {"resourceVersion": "12"}}), deleted=False)
+    reconcile(kube, store, reconciler)
+    assert f"{KEY[1]}-stable" in [w[2] for w in kube.writes if w[:2] == ("delete", "InferencePool")]
 
 
 def test_a_service_whose_route_cannot_be_read_is_kept() -> None:

@@ -192,13 +192,14 @@ def test_a_fleet_pinned_here_after_its_children_were_dropped_gets_them_listed() 
     assert asyncio.run(shards.owns(("default", name)))
     assert list(shards.store.children("Deployment", ("default", name))) == [f"{name}-stable"]
     assert ("Deployment", f"{LABEL_NAME}={name},app.kubernetes.io/managed-by=specfleet") in kube.lists
-    assert "InferencePool" not in {kind for kind, _ in kube.lists}  # not served: not asked
+    assert "InferencePool" not in {kind for kind, _ in kube.lists}  # without --inference-pools: not asked
 
 
 def test_a_fleets_inferencepools_are_listed_once_their_crd_is_served() -> None:
     kube = FakeKube()
     kube.kinds.add("InferencePool")
     shards = gate(kube)
+    shards.inference_pools = True  # specfleet run --inference-pools
     name = names_in(0, 2, 1)[0]
     shards.observe(fleet(name), deleted=False)
     kube.children = [child("InferencePool", f"{name}-stable", name)]

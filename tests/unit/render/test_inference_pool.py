@@ -1,6 +1,6 @@
 """A track's InferencePool (Gateway API Inference Extension v1) and an HTTPRoute whose backends are the fleet's
 InferencePools: weighted per step and mirrored in a shadow step, as with the track Services, and routed so by the
-stand-in gateway. Groundwork: no spec field renders these yet."""
+stand-in gateway."""
 
 import random
 
@@ -28,6 +28,8 @@ def test_each_track_has_its_own_pool_selecting_its_pods_on_the_serving_port() ->
     }
     assert canary["spec"]["selector"]["matchLabels"][LABEL_TRACK] == "canary"  # never stable's pool
     assert canary["spec"]["endpointPickerRef"]["name"] == "llm-epp-canary"  # nor its picker
+    routed = inference_pool(fleet, Track.STABLE, PICKER, route="shop/llm")
+    assert routed["metadata"]["annotations"] == {"specfleet.io/http-route": "shop/llm"}  # kept while it sends here
 
 
 def test_pool_backends_are_weighted_per_step_and_mirrored_in_a_shadow_step() -> None:
