@@ -3,7 +3,8 @@
 Which canaries are promoted, which rolled back, how fast, for effects x loads x analysis settings.
 
 The simulator is the ground truth. Each canary simulates, in process, the vLLM engines of a one-step
-rollout of a 4-replica fleet (1 canary pod, 3 stable pods, the same offered load per pod): Llama-3.1-8B on
+rollout of a 4-replica fleet (1 canary pod, 3 stable pods, the same offered load per pod; `--canary-pods` adds
+canary pods): Llama-3.1-8B on
 MI325X, EAGLE-3 at k=4 with alpha 0.8 unless the effect says otherwise, each request its own acceptance,
 step noise on. The stable pods have served for 30 s when the canary pod is Ready (its evidence starts
 then, from an empty engine). Every `TICK` the engines' counters and histogram buckets are cut as
@@ -410,13 +411,17 @@ def canary(
     on_no_data: float = ON_NO_DATA,
     until_pass: bool = True,
     guardrails: Guardrails = GUARDRAILS,
+    canary_pods: int = 1,
 ) -> list[Rollout]:
     """Simulate one canary step and let the operator decide it under each setting.
 
     Runs until every setting has decided and, with `until_pass`, the judge has passed a good or A/A canary
     under each (its statistical time to a Pass), or `horizon` seconds after the canary's Ready."""
     knobs = {**change.knobs, "load": load}
-    pods = [engine("canary", {**knobs, **change.canary}, seed, k=change.canary_k, start=WARMUP)]
+    pods = [
+        engine("canary", {**knobs, **change.canary}, seed + 500_000 * j, k=change.canary_k, start=WARMUP)
+        for j in range(canary_pods)
+    ]
     stable = [
         engine("stable", {**knobs, **change.stable}, seed * 100 + i + 1, k=change.stable_k) for i in range(STABLE_PODS)
     ]
@@ -487,11 +492,18 @@ class Job:
     horizon: float
     on_no_data: float
     guardrails: Guardrails = GUARDRAILS
+    canary_pods: int = 1
 
 
 def _trial(job: Job) -> list[dict[str, Any]]:
     rollouts = canary(
-        job.change, job.load, job.seed, horizon=job.horizon, on_no_data=job.on_no_data, guardrails=job.guardrails
+        job.change,
+        job.load,
+        job.seed,
+        horizon=job.horizon,
+        on_no_data=job.on_no_data,
+        guardrails=job.guardrails,
+        canary_pods=job.canary_pods,
     )
     return [{k: v for k, v in asdict(r).items() if k not in ("setting", "last")} for r in rollouts]
 
@@ -824,6 +836,9 @@ def main(arguments: Sequence[str] | None = None) -> None:
     parser.add_argument("--horizon", type=float, default=HORIZON, help="seconds a canary is followed after Ready")
     parser.add_argument("--on-no-data", type=float, default=ON_NO_DATA, help="onNoData.after in s (0: never)")
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument(
+        "--canary-pods", type=int, default=1, help="canary pods next to the 3 stable ones (a larger first step)"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--plot", type=Path, default=Path(__file__).parent.parent / "docs" / "judge-matrix.png")
     parser.add_argument("--no-plot", action="store_true")
@@ -840,7 +855,8 @@ def main(arguments: Sequence[str] | None = None) -> None:
     if args.quick:
         args.trials, args.loads = 2, [12.0]
     started = time.monotonic()
-    print(f"settings: {STABLE_PODS} stable + 1 canary pod at the same load per pod, {TARGET} on MI325X, EAGLE-3 "
+    print(f"settings: {STABLE_PODS} stable + {args.canary_pods} canary pod(s) at the same load per pod, {TARGET} "
+          f"on MI325X, EAGLE-3 "
           f"k={K} alpha {GOOD_ALPHA} unless the effect says otherwise; one-step rollout, guardrails "
           f"{' '.join(args.guardrail) or 'default'}, confidence {CONFIDENCE}, failureLimit 0, onNoData Rollback "
           f"after {_span(args.on_no_data)}; "
@@ -859,6 +875,7 @@ def main(arguments: Sequence[str] | None = None) -> None:
             args.horizon,
             args.on_no_data,
             guardrails,
+            args.canary_pods,
         )
         for change in changes
         for li, load in enumerate(args.loads)

@@ -33,7 +33,7 @@ from specfleet.controller.store import Store
 from specfleet.hardware import GPU_RESOURCE, MI300X, PRODUCT_NAME_LABEL
 from specfleet.render import argv as argv_module
 from specfleet.rollout import Decision, FleetLook, Observation
-from specfleet.rollout.types import GpuRequest, GpuRoom
+from specfleet.rollout.types import GpuRequest, GpuRoom, Watch
 
 NAMESPACE, NAME = "bench", "pass-cost"
 START = datetime(2026, 12, 1, tzinfo=UTC)
@@ -202,6 +202,10 @@ class CountingReconciler(Reconciler):
         answer = "room that fits" if room is not None and room.fits else "room too small or unknown"
         self.asked[answer] = self.asked.get(answer, 0) + 1
         return room
+
+    async def _watch(self, key: Any, sdep: SpeculativeDeployment, url: str, status: Any, now: datetime) -> Watch:
+        self.asked["watch"] = self.asked.get("watch", 0) + 1
+        return Watch(status.canary_revision, next_at=now + timedelta(seconds=5))
 
     async def _look(self, sdep: SpeculativeDeployment, url: str, status: Any, now: datetime) -> FleetLook:
         self.asked["fleet look"] = self.asked.get("fleet look", 0) + 1

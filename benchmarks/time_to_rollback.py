@@ -6,7 +6,11 @@ Runs on a dev cluster of its own with the real Prometheus (5 s scrape), the simu
   selects the canary. Their analysis window is short (`--window`), as for a fleet that wants fast
   rollbacks: its acceptance is judged on every analysis, its latency rarely (too few requests);
 - `--trials` A/A fleets (the canary differs only by an environment variable, same drafter, noise on),
-  judged on every guardrail over `--aa-window`: how many are rolled back during the observation time.
+  judged on every guardrail over `--aa-window`: how many are rolled back during the observation time;
+- what a watch costs (the fail-only check the operator runs at every new scrape of a canary): before the
+  breach, `--watch-looks` full watches of one live breach fleet against the same Prometheus, timed, their
+  queries counted; queries per second per fleet = queries per watch / the scrape interval, plus the one
+  newest-sample query of every other pass.
 
     python benchmarks/time_to_rollback.py --trials 20
 
@@ -22,13 +26,17 @@ import sys
 import tempfile
 import time
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import kubernetes
 import yaml
 
+from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.vocabulary import GROUP, LABEL_TRACK, PLURAL, VERSION, Track
+from specfleet.controller.watch import watch_canary
+from specfleet.metrics.prometheus import Prometheus
 from specfleet_workshop.devcluster.cluster import ClusterInfo
 
 from benchkit import background, cluster_session, free_port, one_replica_fleet, percentile, wait_until
@@ -48,6 +56,41 @@ def fleet(name: str, drafter: str, window: str, args: argparse.Namespace) -> dic
     return one_replica_fleet(name, speculative, rollout=rollout)
 
 
+SCRAPE_SECONDS = 5.0
+"""The dev cluster's Prometheus scrape interval."""
+
+
+class CountingPrometheus(Prometheus):
+    """The operator's Prometheus client, counting its queries."""
+
+    queries = 0
+
+    def _query(self, query: str, at: float | None) -> list[object]:
+        self.queries += 1
+        return super()._query(query, at)
+
+
+def watch_cost(prometheus_url: str, fleet: dict[str, Any], looks: int) -> dict[str, float]:
+    """`looks` watches of one live fleet's newest scrape, each from scratch (as after a restart): the time and
+    the queries of one, and the queries per second a fleet costs at the scrape interval."""
+    sdep = SpeculativeDeployment.from_mapping(fleet)
+    prometheus = CountingPrometheus(prometheus_url)
+    seconds = []
+    for _ in range(looks):
+        started = time.perf_counter()
+        watch_canary(prometheus, sdep, sdep.status, datetime.now(UTC), None)
+        seconds.append(time.perf_counter() - started)
+    per_watch = prometheus.queries / looks
+    return {
+        "watches": looks,
+        "ms_per_watch_p50": round(1000 * statistics.median(seconds), 1),
+        "ms_per_watch_p95": round(1000 * percentile(seconds, 0.95), 1),
+        "queries_per_watch": per_watch,
+        # a running operator asks the scrape interval once per canary, not per watch
+        "queries_per_second_per_fleet": round((per_watch - 1) / SCRAPE_SECONDS, 2),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=20)
@@ -58,6 +101,7 @@ def main() -> None:
     parser.add_argument("--aa-window", default="60s", help="rollout.analysis.window of the A/A fleets")
     parser.add_argument("--failure-limit", type=int, default=0)
     parser.add_argument("--observe-seconds", type=float, default=300.0, help="A/A observation after the breach")
+    parser.add_argument("--watch-looks", type=int, default=20, help="watches timed for the cost figure")
     parser.add_argument("--keep", action="store_true", help="leave the cluster, simulator and operator running")
     args = parser.parse_args()
 
@@ -131,6 +175,8 @@ def run(args: argparse.Namespace, cluster: ClusterInfo, namespace: str, work: Pa
             interval=1.0,
         )
 
+        live = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, breach_names[0])
+        cost = watch_cost(cluster.prometheus_url, live, args.watch_looks)
         request = urllib.request.Request(f"{sim_url}/scenario", data=yaml.safe_dump(BREACH).encode(), method="PUT")
         urllib.request.urlopen(request, timeout=5)
         t0 = time.monotonic()
@@ -153,7 +199,7 @@ def run(args: argparse.Namespace, cluster: ClusterInfo, namespace: str, work: Pa
         figures = {
             "settings": {
                 "trials": args.trials,
-                "scrape_interval": "5s",
+                "scrape_interval": f"{SCRAPE_SECONDS:g}s",
                 "analysis_interval": args.interval,
                 "analysis_window": args.window,
                 "a_a_analysis_window": args.aa_window,
@@ -172,6 +218,7 @@ def run(args: argparse.Namespace, cluster: ClusterInfo, namespace: str, work: Pa
                 "false_rollbacks": len(false_rollbacks),
                 "analyses_observed": sum(len(v) for v in aa_analyses.values()),
             },
+            "watch_cost": cost,
         }
         print(json.dumps(figures, indent=2))
 

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from specfleet.api.vocabulary import GROUP, KIND
 
 PROMETHEUS_URL_FIELD = "spec.prometheus.url"
+NOTIFICATION_ALLOW_FLAG = "--allow-notification-url"
 ROUTE_NAMESPACE_FIELD = "spec.rollout.trafficRouting.httpRoute.namespace"
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -136,6 +137,43 @@ def _shown_text(url: str) -> str:
         url = head + ("[…]" if found else "")
     url = "".join(c if c.isprintable() else "?" for c in url)
     return url if len(url) <= 200 else url[:199] + "…"
+
+
+def target_refusal(field: str, url: str, allowed: Sequence[UrlPrefix]) -> str | None:
+    """Why the operator must not send a namespace's notifications to `url` (a tenant names it, the operator sends
+    from inside the cluster), naming the field; None when a prefix of the admin's allow-list admits it. The query
+    is the target's own (a Teams workflow's signature) and is sent, never checked or shown; the rest must be a
+    plain URL under a prefix, as a fleet's Prometheus URL must. Only `redacted(url)` is ever repeated."""
+    base = url.partition("?")[0]
+    listed = ", ".join(p.shown for p in allowed)
+    held = f"nothing is sent there (an admin adds a prefix with `specfleet run {NOTIFICATION_ALLOW_FLAG}`, the "
+    held += "chart's notifications.allowedUrls)"
+    try:
+        parsed = parse_prefix(base)
+    except UrlRefusedError as error:
+        return f"{field} {redacted(url)!r} is refused ({error}); {held}"
+    if any(prefix.admits(parsed) for prefix in allowed):
+        return None
+    if not allowed:
+        return f"{field} {redacted(url)!r} is not admitted: the operator's notification allow-list is empty; {held}"
+    return f"{field} {redacted(url)!r} is not admitted: the allow-list admits only URLs under {listed}; {held}"
+
+
+def redacted(url: str) -> str:
+    """A target URL as a log line or a refusal may show it: its scheme, host and port, never its userinfo, path,
+    query or fragment (where webhook and chat URLs keep their tokens); `scheme://[…]` when the host itself may be
+    a token (`slack://TOKEN/...`), `[…]` when it is no URL."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return "[…]"
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS or not parts.hostname or not set(parts.hostname) <= _PLAIN:
+        return f"{scheme}://[…]" if scheme.isalnum() else "[…]"
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    shown = f"{scheme}://{host}{'' if port is None else f':{port}'}"
+    return shown + ("/[…]" if (parts.path not in ("", "/") or parts.query or parts.fragment) else "/")
 
 
 def grants_route(grants: Iterable[Mapping[str, Any]], fleet_namespace: str, route: str) -> bool:

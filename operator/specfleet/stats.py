@@ -5,7 +5,8 @@ bounds are a *confidence sequence* (`sequence_z`): they hold at every amount of 
 as often as one likes never raises the chance of a wrong verdict, and they narrow as evidence grows
 (Howard, Ramdas, McAuliffe, Sekhon 2021). `look_budget` is the older construction, a union bound over looks
 (look n spends budget / (n (n + 1))): it still bounds the trailing-window check that catches a canary turning
-bad late in a long step, where the evidence does not accumulate.
+bad late in a long step, where the evidence does not accumulate. Shares of requests (errors) are counts, not
+normal sums: their sequence is built for Bernoulli trials (`binomial_sequence_bounds`).
 """
 
 import math
@@ -36,6 +37,78 @@ def sequence_z(samples: float, budget: float) -> float:
     """
     u = max(samples, 1e-9) / SEQUENCE_SAMPLES
     return math.sqrt(2 * (1 + 1 / u) * math.log(math.sqrt(1 + u) / (2 * budget) + 1))
+
+
+def _log_mixture(successes: float, trials: float, p: float, prior: tuple[float, float]) -> float:
+    """log of the beta-binomial mixture martingale at rate `p`: the likelihood of the counts averaged over a
+    Beta(a, b) distribution of rates, over their likelihood at `p`, in closed form."""
+    a, b = prior
+    failures = trials - successes
+    mixed = _log_beta(a + successes, b + failures) - _log_beta(a, b)
+    at_p = (successes * math.log(p) if successes > 0 else 0.0) + (failures * math.log1p(-p) if failures > 0 else 0.0)
+    return mixed - at_p
+
+
+def _log_beta(a: float, b: float) -> float:
+    return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+
+
+SHOWS_WITHIN_SHAPE = 0.5
+"""Shape `a` of the mixture that bounds a share from above, Beta(0.5, 0.5 / scale): most of its weight near 0,
+its mean at the scale, so a clean track is shown under a limit of that scale in few requests."""
+SHOWS_PAST_SHAPE = 4.0
+"""Shape `a` of the mixture that bounds a share from below, Beta(4, 2 / scale): its weight around twice the
+scale, where a share past a limit of that scale should be caught soonest."""
+_ITERATIONS = 200
+_PRECISION = 1e-9
+"""Relative precision of a bound (its figures are shown to three)."""
+
+
+def binomial_sequence_bounds(successes: float, trials: float, budget: float, scale: float) -> tuple[float, float]:
+    """One-sided bounds of a Bernoulli rate from `successes` in `trials` (fractional counts allowed), each
+    crossed with probability at most `budget` at *any* number of trials, however often it is looked at.
+
+    Each bound is the edge of a beta-binomial mixture confidence sequence (Robbins 1970; Howard et al. 2021,
+    section 3): the rates whose mixture martingale stays under 1 / budget (Ville's inequality). It is exact for
+    counts, unlike a normal bound, which is too wide at 0 errors and too narrow at a few. The upper and lower
+    bound each use their own mixture, fixed in advance by `scale` (the limit the share is judged against):
+    each is a whole confidence sequence, of which only one side is read. With no trials the bounds are (0, 1).
+    """
+    if trials <= 0:
+        return 0.0, 1.0
+    successes = min(max(successes, 0.0), trials)
+    scale = min(max(scale, 1e-6), 1.0)
+    threshold = math.log(1 / budget)
+    rate, failures = successes / trials, trials - successes
+    within = (SHOWS_WITHIN_SHAPE, SHOWS_WITHIN_SHAPE / scale)
+    past = (SHOWS_PAST_SHAPE, 2 / scale)
+
+    def edge(inside: float, outside: float, prior: tuple[float, float]) -> float:
+        """Where the log-mixture crosses the threshold between a rate inside the sequence's set and one outside
+        it: Newton's method kept inside the bracket, else bisection. The set is an interval (the log-mixture
+        is convex in the rate, and at most 0 at the observed rate)."""
+        guess = (inside + outside) / 2
+        for _ in range(_ITERATIONS):
+            excess = _log_mixture(successes, trials, guess, prior) - threshold
+            if excess < 0:
+                inside = guess
+            else:
+                outside = guess
+            if abs(outside - inside) <= _PRECISION * outside:
+                break
+            slope = failures / (1 - guess) - successes / guess
+            step = guess - excess / slope if slope else math.nan
+            between = min(inside, outside) < step < max(inside, outside)
+            guess = step if between else (inside + outside) / 2
+        return inside
+
+    top, bottom = math.nextafter(1.0, 0.0), 5e-324
+    upper, lower = 1.0, 0.0
+    if rate < top and _log_mixture(successes, trials, top, within) >= threshold:
+        upper = edge(rate, top, within)
+    if rate > bottom and _log_mixture(successes, trials, bottom, past) >= threshold:
+        lower = edge(rate, bottom, past)
+    return lower, upper
 
 
 def z_score(tail: float) -> float:

@@ -291,3 +291,21 @@ def start_canary(fleet: Fleet, canary: dict[str, Any], stable: dict[str, Any] | 
     old = wait_for("Healthy", fleet.phase_is("llama", "Healthy"), timeout=90)["stableRevision"]
     fleet.patch_spec("llama", {"speculative": canary})
     return wait_for("a canary", lambda: (c := fleet.status("llama").get("canaryRevision")) != old and c)
+
+
+def oom_killed(fleet: Fleet, pod: str, container: str = "vllm") -> None:
+    """Report, as a kubelet would, that `pod`'s container was OOM-killed and restarted (Ready again).
+
+    kwok sets a pod's status only while it is Pending and not Ready (its pod-ready stage), so a Running
+    pod keeps the status written here; containerStatuses is replaced as a whole by the patch.
+    """
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    status = {
+        "name": container,
+        "image": fleet.core.read_namespaced_pod(pod, fleet.namespace).spec.containers[0].image,
+        "ready": True,
+        "restartCount": 1,
+        "state": {"running": {"startedAt": now}},
+        "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137, "startedAt": now, "finishedAt": now}},
+    }
+    fleet.core.patch_namespaced_pod_status(pod, fleet.namespace, {"status": {"containerStatuses": [status]}})

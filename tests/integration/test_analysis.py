@@ -14,10 +14,6 @@ from typing import Any
 
 import pytest
 
-from specfleet.controller.analysis import scraped_seconds
-from specfleet.metrics import names, promql
-from specfleet.metrics.prometheus import Prometheus
-from specfleet.metrics.promql import TrackSelector
 from specfleet.render.argv import ITL_BUCKETS_FLAG
 from specfleet_workshop.devcluster.cluster import ClusterInfo
 
@@ -29,7 +25,6 @@ from fleetkit import (
     PLAIN,
     ROLLOUT,
     SCENARIO,
-    SCRAPE_SECONDS,
     Fleet,
     Operator,
     Simulator,
@@ -200,28 +195,6 @@ def test_the_good_drafter_at_k1_against_a_k5_stable_is_rolled_back_on_the_mean_p
     assert "per-token mean" in outcome["reason"] and "lower bound > limit 5%" in outcome["reason"], outcome
     assert "acceptance alpha" not in outcome["reason"]  # acceptance was fine: latency decided
     assert outcome["acceptanceAlpha"] == pytest.approx(0.8, abs=0.06)
-
-
-def test_evidence_of_a_new_fleet_starts_once_prometheus_has_scraped_every_pod(
-    guarded_operator: Operator, simulator: Simulator, fleet: Fleet
-) -> None:
-    """A range holding the start of a pod's series reads a biased mean: the range is cut to start one scrape
-    after the youngest pod's first sample, and no later than needed."""
-    fleet.apply(sdep(replicas=3))
-    stable = wait_for("Healthy", fleet.phase_is("llama", "Healthy"))
-    selector = TrackSelector(fleet.namespace, "llama", "stable", stable["stableRevision"])
-    provider = Prometheus(fleet.cluster.prometheus_url)
-    pod_series = f"count({names.TIME_PER_OUTPUT_TOKEN}_count{selector.matchers()})"
-    wait_for("every pod scraped twice", lambda: provider.scalar(pod_series, time.time() - SCRAPE_SECONDS) == 3)
-    now = time.time()
-    window = 60.0
-    start = now - scraped_seconds(provider, (selector,), window, now)
-    assert now - window < start < now  # the pods are younger than the window: it is cut
-    assert provider.scalar(pod_series, start) == 3  # every pod has a sample at the range's start
-    interval = provider.scalar(promql.scrape_interval(selector, "120s", "1s"), now)
-    assert interval == pytest.approx(SCRAPE_SECONDS, rel=0.2)
-    earlier = provider.scalar(pod_series, start - 2 * interval - 1) or 0
-    assert earlier < 3  # and two scrapes earlier the youngest pod was not yet seen
 
 
 @pytest.mark.timeout(OUTCOME_SECONDS + 300)

@@ -15,7 +15,7 @@ import pytest
 from specfleet_workshop.devcluster.cluster import ClusterInfo
 from specfleet_workshop.devcluster.gateway import install_httproute_crd
 
-from fleetkit import Fleet, Operator, canaried, healthy, sdep, wait_for
+from fleetkit import Fleet, Operator, canaried, healthy, oom_killed, sdep, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -356,24 +356,6 @@ def test_a_rollout_survives_repeated_sigkills(operator: Operator, fleet: Fleet) 
 
 
 # Crashes and OOM kills, read from the Kubernetes API
-
-
-def oom_killed(fleet: Fleet, pod: str, container: str = "vllm") -> None:
-    """Report, as a kubelet would, that `pod`'s container was OOM-killed and restarted (Ready again).
-
-    kwok sets a pod's status only while it is Pending and not Ready (its pod-ready stage), so a Running
-    pod keeps the status written here; containerStatuses is replaced as a whole by the patch.
-    """
-    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    status = {
-        "name": container,
-        "image": fleet.core.read_namespaced_pod(pod, fleet.namespace).spec.containers[0].image,
-        "ready": True,
-        "restartCount": 1,
-        "state": {"running": {"startedAt": now}},
-        "lastState": {"terminated": {"reason": "OOMKilled", "exitCode": 137, "startedAt": now, "finishedAt": now}},
-    }
-    fleet.core.patch_namespaced_pod_status(pod, fleet.namespace, {"status": {"containerStatuses": [status]}})
 
 
 def test_an_oom_killed_canary_pod_rolls_back_and_stable_keeps_serving(operator: Operator, fleet: Fleet) -> None:

@@ -113,6 +113,13 @@ output equivalence), HTTPRoutes and InferencePools only when a value turns them 
   resourceNames: {{ toJson . }}
   {{- end }}
 {{- end }}
+{{- if and .Values.notifications.enabled .Values.notifications.namespaceSecrets }}
+# A namespace's own notification targets: that one Secret name, never list or watch.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get]
+  resourceNames: [specfleet-notifications]
+{{- end }}
 {{- if .Values.outputEquivalencePrompts.enabled }}
 - apiGroups: [""]
   resources: [configmaps]

@@ -11,6 +11,8 @@ from specfleet.api.custom_guardrails import MAX_CUSTOM_GUARDRAILS
 from specfleet.api.spec import BatchSizeDepth
 
 HISTORY_MAX = 50
+NOTIFIED_MAX = 8
+"""Transitions `status.notified` remembers: more than a rollout makes before it settles at a gate or ends."""
 ShortText = Annotated[str, Field(max_length=1024)]
 ServingSnapshot = Annotated[
     dict[str, JsonValue], WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True})
@@ -192,7 +194,8 @@ class Analysis(ApiModel):
     """Which analysis of this canary revision it was (the trailing-window check spends its error by look)."""
     evidence_seconds: int | None = None
     """Length of the range the evidence was read over: from the step's start (its canary Ready, or the last
-    counted failure), cut one scrape after the youngest pod was first scraped."""
+    counted failure), each pod's series counted from its first sample in it; for a failure a watch found at a
+    new scrape, the trailing range that failed."""
     checks: Annotated[list[GuardrailCheck], Field(max_length=MAX_CHECKS)] = []
     """Every guardrail judged at this analysis, Pass or not."""
     canary: Measurements = Measurements()
@@ -478,6 +481,10 @@ class Speedup(ApiModel):
     """Stable's output tokens/s per pod / the holdback's (about 1 while both keep up with the same load)."""
     load_ratio: float | None = None
     """Stable's per-pod request rate / the holdback's: the split is fair when near 1."""
+    load_lower: float | None = None
+    """Lower bound of `loadRatio` (the tracks' finished requests as Poisson counts, at the same confidence)."""
+    load_upper: float | None = None
+    """Upper bound of `loadRatio`: the speed-up counts as paying only where both bounds show comparable load."""
     message: ShortText = ""
     """The measurement in words, or why there is none (e.g. too few requests finished)."""
 
@@ -611,6 +618,10 @@ class SpeculativeDeploymentStatus(ApiModel):
     """Load points and the proposed batch-size schedule of the depth (with `spec.autoTune`)."""
     acknowledged_commands: Annotated[dict[str, Annotated[str, Field(max_length=256)]], Field(max_length=8)] = {}
     """Command annotations already acted on (name -> value), so a restart never acts on one twice."""
+    notified: Annotated[list[Annotated[str, Field(max_length=256)]], Field(max_length=NOTIFIED_MAX)] = []
+    """The last transitions notified (with notifications on, docs/notifications.md), newest last, each as
+    `uid/generation/transition/step/run`: written with the status that makes the transition, so a restarted
+    operator never sends one twice, and the same transition again (a gate waited at twice) is sent once."""
 
 
 class StatusChanges(TypedDict, total=False):
@@ -658,3 +669,4 @@ class StatusChanges(TypedDict, total=False):
     holdback: HoldbackStatus | None
     auto_tune: AutoTuneStatus | None
     acknowledged_commands: dict[str, str]
+    notified: list[str]

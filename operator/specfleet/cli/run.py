@@ -86,6 +86,35 @@ def run(
     resync: Annotated[
         float, typer.Option(min=5, help="Seconds between two looks at an object when nothing happens.")
     ] = 300.0,
+    notifications_config: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE",
+            help="The operator's notification targets (targets.yaml: webhook, slack, teams), sent every step, "
+            "gate, promotion, rollback, abort and drift. See docs/notifications.md.",
+        ),
+    ] = None,
+    namespace_notifications: Annotated[
+        bool,
+        typer.Option(
+            help="Also send to the targets each namespace lists in its Secret specfleet-notifications (the "
+            "operator reads that Secret only), when their URLs are under an --allow-notification-url prefix.",
+        ),
+    ] = False,
+    allow_notification_url: Annotated[
+        list[str] | None,
+        typer.Option(
+            metavar="URL",
+            help="A prefix (scheme://host:port/path) that a namespace's notification target URLs may be under "
+            "(repeatable). None: no namespace's target is sent to.",
+        ),
+    ] = None,
+    notification_attempts: Annotated[
+        int, typer.Option(min=1, max=20, help="Tries per notification and target before giving up.")
+    ] = 5,
+    notification_timeout: Annotated[
+        float, typer.Option(min=0.1, max=60, help="Seconds one notification attempt may take to connect and to read.")
+    ] = 5.0,
     template_policy: Annotated[
         TemplatePolicy,
         typer.Option(
@@ -119,12 +148,24 @@ def run(
         election = choose_election(leader_election, namespace or [], _pod_namespace())
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="--leader-election") from error
-    from specfleet.reach import UrlRefusedError, prometheus_allow_list
+    from specfleet.controller.notifier import DeliveryPolicy
+    from specfleet.reach import UrlRefusedError, parse_prefix, prometheus_allow_list
 
     try:
         prometheus_allow_list(prometheus_url, allow_prometheus_url or ())
     except UrlRefusedError as error:
         raise typer.BadParameter(str(error), param_hint="--allow-prometheus-url") from error
+    for url in allow_notification_url or ():
+        try:
+            parse_prefix(url)
+        except UrlRefusedError as error:
+            raise typer.BadParameter(f"{url!r}: {error}", param_hint="--allow-notification-url") from error
+    targets = None
+    if notifications_config is not None:
+        try:
+            targets = notifications_config.read_text()
+        except OSError as error:
+            raise typer.BadParameter(str(error), param_hint="--notifications-config") from error
     if shard >= shards:
         raise typer.BadParameter(f"must be below --shards ({shards}), got {shard}", param_hint="--shard")
     if shards > 1 and election is None:
@@ -145,6 +186,10 @@ def run(
         shard=Shard(shard, shards),
         template_policy=template_policy,
         inference_pools=inference_pools,
+        notification_targets=targets,
+        namespace_notifications=namespace_notifications,
+        allowed_notification_urls=tuple(allow_notification_url or ()),
+        notification_policy=DeliveryPolicy(attempts=notification_attempts, timeout=notification_timeout),
     )
     controller = Controller(Kube(api_client), options)
     kopf.run(

@@ -51,8 +51,23 @@ def _number(text: str) -> float | None:
     return None if math.isnan(value) else value
 
 
+MAX_STEPS = 250
+"""Steps at most of a range's per-series count (`promql.counted`): a long range is counted further apart than
+the scrape interval, which costs a series that starts or restarts inside it at most one step of its own."""
+DEFAULT_SCRAPE = 15.0
+"""The scrape interval assumed before Prometheus has two samples of a track (Prometheus' own example setting)."""
+
+
+def counting_range(seconds: float, scrape: float | None) -> promql.Range:
+    """The evidence of the `seconds` before the evaluation, counted per series `step` apart. The counted range
+    starts two steps later, so each step's difference starts at a sample taken inside the evidence's range (at
+    most one step of it is left out at each end)."""
+    step = max(1.0, scrape or DEFAULT_SCRAPE, seconds / MAX_STEPS)
+    return promql.Range(promql.seconds(max(step, seconds - 2 * step)), promql.seconds(step))
+
+
 def _binned(
-    provider: MetricsProvider, histogram: str, selector: promql.TrackSelector, r: str, at: float | None
+    provider: MetricsProvider, histogram: str, selector: promql.TrackSelector, r: promql.Range, at: float | None
 ) -> Binned | None:
     by_le = provider.by_label(promql.histogram_buckets(histogram, selector, r), "le", at)
     buckets = {bound: count for le, count in by_le.items() if (bound := _number(le)) is not None}
@@ -63,7 +78,7 @@ def _custom(
     provider: MetricsProvider,
     guardrail: CustomGuardrail,
     selector: promql.TrackSelector,
-    r: str,
+    r: promql.Range,
     at: float | None,
 ) -> CustomReading:
     """One custom guardrail's counters or histogram on one track (None where Prometheus has no series)."""
@@ -81,16 +96,22 @@ def evidence(
     seconds: float,
     at: float | None = None,
     custom: Sequence[CustomGuardrail] = (),
+    scrape: float | None = None,
 ) -> TrackEvidence:
     """Every count the judge needs for one track, as increases over the `seconds` before Unix time `at`
-    (Prometheus' now when None), with the readings of the `custom` guardrails."""
-    r = promql.seconds(seconds)
+    (Prometheus' now when None), each series counted on its own between its samples (`scrape` seconds apart:
+    `counting_range`), with the readings of the `custom` guardrails."""
+    counting = counting_range(seconds, scrape)
+    r = counting.length
     counters = {
-        field: provider.scalar(promql.increase(metric, selector, r), at) for field, metric in promql.COUNTERS.items()
+        field: provider.scalar(promql.increase(metric, selector, counting), at)
+        for field, metric in promql.COUNTERS.items()
     }
-    histograms = {field: _binned(provider, metric, selector, r, at) for field, metric in promql.HISTOGRAMS.items()}
-    gauges = {field: provider.scalar(query, at) for field, query in promql.gauges(selector, r).items()}
-    per_position = provider.by_label(promql.accepted_by_position(selector, r), "position", at)
+    histograms = {
+        field: _binned(provider, metric, selector, counting, at) for field, metric in promql.HISTOGRAMS.items()
+    }
+    gauges = {field: provider.scalar(query, at) for field, query in promql.gauges(selector, counting).items()}
+    per_position = provider.by_label(promql.accepted_by_position(selector, counting), "position", at)
     positions = sorted(int(p) for p in per_position if POSITION.fullmatch(p))
     return TrackEvidence(
         token_latency=histograms["token_latency"],
@@ -110,56 +131,40 @@ def evidence(
         waiting_growth=gauges["waiting_growth"],
         kv_cache_usage_mean=gauges["kv_cache_usage_mean"],
         kv_cache_usage_max=gauges["kv_cache_usage_max"],
-        finished=provider.by_label(promql.finished_by_reason(selector, r), "finished_reason", at),
+        finished=provider.by_label(promql.finished_by_reason(selector, counting), "finished_reason", at),
         accepted_per_position=tuple(per_position[str(p)] for p in positions)
         if positions == list(range(len(positions)))
         else (),
         request_rate_per_pod=tuple(provider.by_label(promql.request_rate_by_pod(selector, r), "pod", at).values()),
         seconds=seconds,
-        custom={g.name: _custom(provider, g, selector, r, at) for g in custom},
+        custom={g.name: _custom(provider, g, selector, counting, at) for g in custom},
     )
 
 
-def scraped_seconds(
-    provider: MetricsProvider, selectors: tuple[promql.TrackSelector, ...], seconds: float, at: float
-) -> float:
-    """The evidence range, cut to start one scrape after the youngest pod of these tracks was first scraped.
-
-    A range that holds the start of a pod's series reads a biased mean: Prometheus extrapolates each counter
-    to the range's start on its own and stops at zero, so a histogram's `_sum` and `_count` stretch differently
-    (a new fleet's stable mean read 13% high, and an experiment promoted the wrong k). Pods are looked for
-    over twice the range, so a pod seen before the range never cuts it.
-    """
-    lookback = promql.seconds(2 * seconds)
-    step = promql.seconds(max(1.0, seconds / 60))
-    starts = [provider.scalar(promql.youngest_series_start(s, lookback, step), at) for s in selectors]
-    intervals = [provider.scalar(promql.scrape_interval(s, lookback, step), at) for s in selectors]
-    youngest = max((t for t in starts if t is not None), default=None)
-    if youngest is None:
-        return seconds  # no series at all: the evidence is empty whatever the range
-    scrape = max((i for i in intervals if i is not None), default=at - youngest)
-    return max(0.0, min(seconds, at - (youngest + scrape)))
-
-
-def stale_tracks(provider: MetricsProvider, tracks: dict[str, promql.TrackSelector], at: float) -> list[str]:
+def freshness(
+    provider: MetricsProvider, tracks: dict[str, promql.TrackSelector], at: float
+) -> tuple[list[str], float | None]:
     """A reason for each track whose newest sample in Prometheus is too old for its evidence to reach the
-    analysis time `at`: Prometheus lags (a remote-write pipeline, an agent or a scrape loop behind) or no
-    longer scrapes the track's pods (targets gone, scrapes failing). Fresh tracks give none."""
+    analysis time `at` (Prometheus lags: a remote-write pipeline, an agent or a scrape loop behind; or no
+    longer scrapes the track's pods: targets gone, scrapes failing), and the longest scrape interval of the
+    tracks (None before any has two samples). Fresh tracks give no reason."""
     lookback = promql.seconds(FRESHNESS_LOOKBACK)
-    reasons = []
+    reasons, scrapes = [], []
     for name, selector in tracks.items():
         newest = provider.scalar(promql.newest_sample(selector, lookback, "1s"), at)
         if newest is None:
             reasons.append(f"no sample of the {name} track in the last {lookback}: Prometheus does not scrape its pods")
             continue
         interval = provider.scalar(promql.scrape_interval(selector, lookback, "1s"), at)
+        if interval is not None:
+            scrapes.append(interval)
         allowed = max(STALE_SCRAPES * (interval or 0.0), STALE_SECONDS)
         if at - newest > allowed:
             reasons.append(
                 f"the {name} track's newest sample is {at - newest:.0f}s old (more than {allowed:.0f}s): Prometheus"
                 " is behind or no longer scrapes its pods, so the evidence stops short of now"
             )
-    return reasons
+    return reasons, max(scrapes, default=None)
 
 
 def evidence_seconds(sdep: SpeculativeDeployment, since: datetime | None, now: datetime) -> float:
@@ -203,6 +208,19 @@ def analyze_candidate(
     return _analyze(provider, sdep, status, now, Track.CANDIDATE, candidate.revision, since, look, 0, beside)
 
 
+def drafters(sdep: SpeculativeDeployment, status: SpeculativeDeploymentStatus, revision: str) -> tuple[bool, bool]:
+    """Whether `revision` speculates, and whether it serves stable's drafter (the judge's `same_drafter`)."""
+    drafter = served_spec(sdep.spec, status, revision).speculative
+    serving = (status.stable_serving or {}).get("speculative") or {}
+    assert isinstance(serving, dict)
+    same = (drafter.method.value, drafter.model, drafter.revision) == (
+        serving.get("method"),
+        serving.get("model"),
+        serving.get("revision"),
+    )
+    return drafter.method is not SpeculativeMethod.NONE, same
+
+
 def _analyze(
     provider: MetricsProvider,
     sdep: SpeculativeDeployment,
@@ -224,22 +242,20 @@ def _analyze(
     others = tuple(promql.TrackSelector(meta.namespace, meta.name, track.value, r) for r in beside)
     seconds = evidence_seconds(sdep, since, now)
     window = parse_duration(spec.rollout.analysis.window).total_seconds()
-    uncut_seconds = round(seconds)  # what an error reports: the range before it was cut
     with ANALYSIS_SECONDS.time():
         try:
             at = now.timestamp()
-            seconds = scraped_seconds(provider, (measured, stable, *others), seconds, at)
             named = {track.value: measured, Track.STABLE.value: stable}
             named.update({f"{track.value} {r}": s for r, s in zip(beside, others, strict=True)})
-            stale = stale_tracks(provider, named, at)
+            stale, scrape = freshness(provider, named, at)
             custom = spec.rollout.guardrails.custom
-            measured_evidence = evidence(provider, measured, seconds, at, custom)
-            stable_evidence = evidence(provider, stable, seconds, at, custom)
+            measured_evidence = evidence(provider, measured, seconds, at, custom, scrape)
+            stable_evidence = evidence(provider, stable, seconds, at, custom, scrape)
             recent = None
             if seconds > window:  # the trailing window too, for a canary that turns bad late in a long step
                 recent = Recent(
-                    evidence(provider, measured, window, at, custom),
-                    evidence(provider, stable, window, at, custom),
+                    evidence(provider, measured, window, at, custom, scrape),
+                    evidence(provider, stable, window, at, custom, scrape),
                     window,
                     look,
                 )
@@ -250,21 +266,18 @@ def _analyze(
                 revision=revision,
                 step=step,
                 look=look,
-                evidence_seconds=uncut_seconds,
+                evidence_seconds=round(seconds),
                 verdict=Verdict.ERROR,
                 reasons=[str(error)[:MAX_REASON]],
                 output_pairs=pairs,
             )
-    drafter = served_spec(spec, status, revision).speculative
-    serving = (status.stable_serving or {}).get("speculative") or {}
-    assert isinstance(serving, dict)
+    speculative, same_drafter = drafters(sdep, status, revision)
     result = judge(
         spec.rollout.guardrails,
         measured_evidence,
         stable_evidence,
-        speculative=drafter.method is not SpeculativeMethod.NONE,
-        same_drafter=(drafter.method.value, drafter.model, drafter.revision)
-        == (serving.get("method"), serving.get("model"), serving.get("revision")),
+        speculative=speculative,
+        same_drafter=same_drafter,
         confidence=spec.rollout.analysis.confidence,
         steps=len(spec.rollout.steps),
         recent=recent,
@@ -289,10 +302,12 @@ def _analyze(
     )
 
 
-def _slices(provider: MetricsProvider, selector: promql.TrackSelector, seconds: float, at: float) -> tuple[float, ...]:
+def _slices(
+    provider: MetricsProvider, selector: promql.TrackSelector, seconds: float, at: float, scrape: float | None
+) -> tuple[float, ...]:
     """The mean per-token latency over each of SLICES consecutive slices of the window (oldest first)."""
     width = seconds / SLICES
-    query = promql.histogram_mean(names.TIME_PER_OUTPUT_TOKEN, selector, promql.seconds(width))
+    query = promql.histogram_mean(names.TIME_PER_OUTPUT_TOKEN, selector, counting_range(width, scrape))
     means = [provider.scalar(query, at - i * width) for i in reversed(range(SLICES))]
     return tuple(m for m in means if m is not None and math.isfinite(m))
 
@@ -310,14 +325,16 @@ def measure_fleet(
     selector = promql.TrackSelector(meta.namespace, meta.name, Track.HOLDBACK.value, holdback) if holdback else None
     at = now.timestamp()
     try:
-        seconds = scraped_seconds(provider, (stable,) if selector is None else (stable, selector), window, at)
-        found = evidence(provider, stable, seconds, at)
+        tracks = {Track.STABLE.value: stable} | ({} if selector is None else {Track.HOLDBACK.value: selector})
+        _, scrape = freshness(provider, tracks, at)
+        found = evidence(provider, stable, window, at, scrape=scrape)
         control = None
         if selector is not None:
             control = replace(
-                evidence(provider, selector, seconds, at), token_latency_slices=_slices(provider, selector, seconds, at)
+                evidence(provider, selector, window, at, scrape=scrape),
+                token_latency_slices=_slices(provider, selector, window, at, scrape),
             )
-            found = replace(found, token_latency_slices=_slices(provider, stable, seconds, at))
+            found = replace(found, token_latency_slices=_slices(provider, stable, window, at, scrape))
     except ProviderError as error:
         return FleetLook(time=now, revision=status.stable_revision, error=str(error)[:MAX_REASON])
     return FleetLook(

@@ -39,11 +39,16 @@ from specfleet.api.vocabulary import (
 )
 from specfleet.controller.kube import Kube, connection_info
 from specfleet.controller.metrics import LEADER, FleetCollector
+from specfleet.controller.notifier import DeliveryPolicy, Notifier
 from specfleet.controller.outputs import DEFAULT_POD_URL_TEMPLATE
 from specfleet.controller.queue import WorkQueue
 from specfleet.controller.reconciler import Reconciler
 from specfleet.controller.shards import LEASE_API_VERSION, ShardGate
+from specfleet.controller.sinks import SINKS
 from specfleet.controller.store import PREFLIGHT_POD, Key, Store, key_of, owner_key
+from specfleet.notify.targets import NAMESPACE_SECRET, TARGETS_KEY, Targets, parse_targets
+from specfleet.notify.transitions import Fleet
+from specfleet.reach import parse_prefix
 from specfleet.render.policy import DEFAULT_POLICY, TemplatePolicy
 from specfleet.sharding import Shard
 
@@ -51,6 +56,8 @@ MANAGED = {"app.kubernetes.io/managed-by": FIELD_MANAGER}
 CHILD_EVENT_SECONDS = 0.5
 """A child's event looks at its fleet this much later, so one pass sees a burst of them (a Deployment's pods
 created, scheduled, started, Ready) instead of one pass each."""
+REFUSED_TARGET = "NotificationTargetRefused"
+"""The reason of the Warning event that tells a namespace one of its notification targets is refused."""
 INITIAL_SYNC_SECONDS = 2.0
 """Give the first LIST of every watch a moment to fill the store before the first reconcile."""
 
@@ -242,6 +249,17 @@ class OperatorOptions:
     inference_pools: bool = False
     """`--inference-pools`: own the InferencePools of fleets routed through them (watched only then: without the
     chart's permission, a watch of them would be refused wherever their CRD is installed)."""
+    notification_targets: str | None = None
+    """`--notifications-config`: the text of the operator's own `targets.yaml` (None: no such file)."""
+    namespace_notifications: bool = False
+    """`--namespace-notifications`: each namespace's Secret `specfleet-notifications` adds its targets."""
+    allowed_notification_urls: tuple[str, ...] = ()
+    """`--allow-notification-url`: prefixes a namespace's target URLs must be under."""
+    notification_policy: DeliveryPolicy = field(default_factory=DeliveryPolicy)
+
+    @property
+    def notifying(self) -> bool:
+        return self.notification_targets is not None or self.namespace_notifications
 
 
 @dataclass(frozen=True)
@@ -360,6 +378,7 @@ class Lifecycle:
     collector: FleetCollector
     metrics_port: int | None
     shard: Shard
+    notifier: Notifier | None = None
     background: list["asyncio.Task[None]"] = field(default_factory=list)
 
     async def configure(self, settings: kopf.OperatorSettings, **_: Any) -> None:
@@ -371,6 +390,8 @@ class Lifecycle:
 
             REGISTRY.register(self.collector)
             start_http_server(self.metrics_port)
+        if self.notifier is not None:
+            self.notifier.start()
         self.background.append(asyncio.create_task(self.begin()))
 
     async def begin(self) -> None:
@@ -395,6 +416,8 @@ class Lifecycle:
         await asyncio.gather(*self.background, return_exceptions=True)
         was_leading = self.workers.running
         await self.workers.stop()
+        if self.notifier is not None:
+            await self.notifier.stop()
         if self.leadership is not None and was_leading:
             try:
                 await asyncio.to_thread(self.leadership.release)
@@ -441,7 +464,29 @@ class Controller:
             inference_pools=self.options.inference_pools,
         )
 
-    def reconciler(self, gate: ShardGate) -> Reconciler:
+    def notifier(self) -> Notifier | None:
+        """The notifier, when the options ask for one (`specfleet run --notifications-config`,
+        `--namespace-notifications`)."""
+        options = self.options
+        if not options.notifying:
+            return None
+        own = Targets((), ())
+        if options.notification_targets is not None:
+            own = parse_targets(options.notification_targets, "operator", SINKS.keys())
+        reader = self._namespace_targets if options.namespace_notifications else None
+        allowed = tuple(parse_prefix(url) for url in options.allowed_notification_urls)
+        return Notifier(own, reader, allowed, options.notification_policy, warn=self._refused_target)
+
+    def _namespace_targets(self, namespace: str) -> str | None:
+        return self.kube.read_optional_secret(namespace, NAMESPACE_SECRET, TARGETS_KEY)
+
+    def _refused_target(self, fleet: Fleet, problem: str) -> None:
+        """A Warning event on the fleet whose notification found its namespace's target refused."""
+        body = self.store.sdeps.get((fleet.namespace, fleet.name))
+        if body is not None:
+            self.kube.post_event(body, "Warning", REFUSED_TARGET, problem)
+
+    def reconciler(self, gate: ShardGate, notifier: Notifier | None = None) -> Reconciler:
         options = self.options
         return Reconciler(
             self.kube,
@@ -456,6 +501,7 @@ class Controller:
             threads=ThreadPoolExecutor(options.workers, thread_name_prefix="specfleet-reconcile"),
             writes=ThreadPoolExecutor(write_threads(options.workers), thread_name_prefix="specfleet-write"),
             owns=gate.owns,
+            notifier=notifier,
         )
 
     def collector(self, gate: ShardGate, elected: bool) -> FleetCollector:
@@ -470,13 +516,15 @@ class Controller:
         """A kopf registry with this controller's handlers (explicit, so tests can run several)."""
         election = self.election()
         gate = self.gate(election)
-        workers = Workers(self.reconciler(gate), gate, self.store, self.queue, self.options.workers)
+        notifier = self.notifier()
+        workers = Workers(self.reconciler(gate, notifier), gate, self.store, self.queue, self.options.workers)
         lifecycle = Lifecycle(
             workers,
             Leadership(self.kube, election) if election is not None else None,
             self.collector(gate, elected=election is not None),
             self.options.metrics_port,
             self.options.shard,
+            notifier,
         )
         registry = kopf.OperatorRegistry()
         kopf.on.login(registry=registry)(self.login)

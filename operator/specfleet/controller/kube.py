@@ -208,6 +208,24 @@ class Kube:
         except (ValueError, UnicodeDecodeError):
             raise SecretError(f"{where}: key {key} is not base64-encoded text") from None
 
+    def read_optional_secret(self, namespace: str, name: str, key: str) -> str | None:
+        """One key of a Secret that may not exist (a namespace's notification targets): None when the Secret or
+        the key is absent; SecretError when it is forbidden or not text. The value is never logged."""
+        API_REQUESTS.labels("get", "Secret").inc()
+        try:
+            secret = self._resource("v1", "Secret").get(name=name, namespace=namespace)
+        except NotFoundError:
+            return None
+        except ForbiddenError:
+            raise SecretError(f"Secret {namespace}/{name}: forbidden: the operator may not read it (RBAC)") from None
+        value = (secret.data.to_dict() if secret.data is not None else {}).get(key)
+        if not value:
+            return None
+        try:
+            return base64.b64decode(value, validate=True).decode()
+        except (ValueError, UnicodeDecodeError):
+            raise SecretError(f"Secret {namespace}/{name}: key {key} is not base64-encoded text") from None
+
     def _read_core(self, kind: str, namespace: str, name: str, error: type[Exception]) -> tuple[Any, str]:
         """A core/v1 object the user names, and how to name it in messages; a missing or forbidden one raises
         `error` with that said (never an API exception)."""

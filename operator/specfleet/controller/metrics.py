@@ -20,6 +20,8 @@ RECONCILES_TOTAL = "specfleet_reconciles_total"
 ROLLOUT_EVENTS_TOTAL = "specfleet_rollout_events_total"
 ANALYSES_TOTAL = "specfleet_analyses_total"
 ANALYSIS_DURATION = "specfleet_analysis_duration_seconds"
+WATCHES_TOTAL = "specfleet_watches_total"
+WATCH_DURATION = "specfleet_watch_duration_seconds"
 ROLLOUT_PHASE = "specfleet_rollout_phase"
 CANARY_WEIGHT = "specfleet_canary_weight"
 SPECULATION_PAYING = "specfleet_speculation_paying"
@@ -37,6 +39,8 @@ RECONCILE_SECONDS = Histogram("specfleet_reconcile_duration_seconds", "Time to r
 TRANSITIONS = Counter(ROLLOUT_EVENTS_TOTAL, "Rollout transitions (Promoted, RolledBack, Aborted, ...)", ["reason"])
 ANALYSES = Counter(ANALYSES_TOTAL, "Canary analyses by verdict", ["verdict"])
 ANALYSIS_SECONDS = Histogram(ANALYSIS_DURATION, "Time to query Prometheus for one analysis")
+WATCHES = Counter(WATCHES_TOTAL, "Canary scrapes checked for failures between analyses, by verdict", ["verdict"])
+WATCH_SECONDS = Histogram(WATCH_DURATION, "Time to query Prometheus for the ranges of one watch")
 LEADER = Gauge(LEADING, "1 while this replica runs the reconcile workers (it holds the lease, or runs alone)")
 OWNED_FLEETS = "specfleet_owned_fleets"
 OWNED = Gauge(
@@ -49,6 +53,26 @@ STANDBY = Gauge(
     "SpeculativeDeployments this process leaves to the live holder of another Lease (another operator, or during "
     "a hand-over another shard), by that Lease",
     ["lease"],
+)
+NOTIFICATIONS_SENT_TOTAL = "specfleet_notifications_sent_total"
+NOTIFICATIONS_FAILED_TOTAL = "specfleet_notifications_failed_total"
+NOTIFICATIONS_DROPPED_TOTAL = "specfleet_notifications_dropped_total"
+NOTIFICATIONS_SENT = Counter(
+    NOTIFICATIONS_SENT_TOTAL, "Notifications delivered, by sink and transition", ["sink", "transition"]
+)
+NOTIFICATIONS_FAILED = Counter(
+    NOTIFICATIONS_FAILED_TOTAL,
+    "Notifications given up on after every attempt failed, by sink and transition",
+    ["sink", "transition"],
+)
+NOTIFICATIONS_DROPPED = Counter(
+    NOTIFICATIONS_DROPPED_TOTAL,
+    "Notifications not attempted: the queue was full (queue_full), or a namespace's Secret could not be read "
+    "(secret_unreadable)",
+    ["reason"],
+)
+NOTIFICATION_RETRIES = Counter(
+    "specfleet_notification_retries_total", "Notification attempts that failed and were tried again", ["sink"]
 )
 
 

@@ -50,10 +50,13 @@ from specfleet.capacity import room
 from specfleet.controller.analysis import analyze, analyze_candidate, measure_fleet
 from specfleet.controller.kube import Kube, SecretError
 from specfleet.controller.metrics import RECONCILE_SECONDS, RECONCILES, TRANSITIONS
+from specfleet.controller.notifier import Notifier
 from specfleet.controller.outputs import DEFAULT_POD_URL_TEMPLATE, collect_pairs
 from specfleet.controller.queue import FailureBackoff, WorkQueue
 from specfleet.controller.store import PREFLIGHT_POD, Key, Store
+from specfleet.controller.watch import Watched, watch_canary
 from specfleet.metrics.prometheus import Prometheus
+from specfleet.notify.transitions import Fleet, Notification, notifications
 from specfleet.observation import controlled_by, observe, parse
 from specfleet.patches import contains, merge_patch, stamped
 from specfleet.preflight.job import preflight_job
@@ -78,7 +81,7 @@ from specfleet.render.manifests import (
 )
 from specfleet.render.policy import DEFAULT_POLICY, TemplatePolicy
 from specfleet.rollout import Decision, FleetLook, Observation, TrackTarget, decide
-from specfleet.rollout.types import NO_PROMETHEUS, GpuRequest, GpuRoom, set_condition
+from specfleet.rollout.types import NO_PROMETHEUS, GpuRequest, GpuRoom, Watch, set_condition
 
 logger = logging.getLogger("specfleet.reconciler")
 
@@ -132,6 +135,9 @@ class Reconciler:
     """Where the writes of one pass that do not depend on each other run at once (a fleet's children, its
     events): a fleet's first pass then takes two round trips to the API server instead of four. None: one
     after the other, in the calling thread."""
+    notifier: Notifier | None = None
+    """Where a pass's transitions go once its status is written (`specfleet run --notifications-config`,
+    `--namespace-notifications`); None: none are derived, and `status.notified` stays as it is."""
     owns: Callable[[Key], Awaitable[bool]] | None = None
     """The shard gate (`controller.shards.ShardGate.owns`), asked before anything of a pass is read or written:
     False leaves the object to another process (the gate queues it again if it must look again). None: all."""
@@ -154,6 +160,13 @@ class Reconciler:
     _allowed: tuple[UrlPrefix, ...] = ()
     _still_routed_said: dict[Key, set[str]] = field(default_factory=dict)
     """The Services kept for a route that still sends to them, per object, that an event has told of."""
+    _clients: dict[Key, tuple[str, Prometheus]] = field(default_factory=dict)
+    """The Prometheus client (and its URL) each fleet was last given: a watch, at every scrape, reuses it rather
+    than read the auth Secret each time (the analyses read it at every interval, so a rotated token is taken
+    within one); a URL changed in the spec is checked against the allow-list again."""
+    _watched: dict[Key, Watched] = field(default_factory=dict)
+    """The scrape each fleet's last watch judged, so each scrape is judged once (a restart judges one again, and
+    decides the same)."""
 
     def __post_init__(self) -> None:
         self._allowed = prometheus_allow_list(self.default_prometheus_url, self.allowed_prometheus_urls)
@@ -173,6 +186,7 @@ class Reconciler:
         token = self.kube.read_secret(sdep.metadata.namespace, secret.name, secret.key) if secret else None
         if (url, token) not in self._providers:
             self._providers[url, token] = Prometheus(url, token)
+        self._clients[sdep.metadata.namespace, sdep.metadata.name] = (url, self._providers[url, token])
         return self._providers[url, token]
 
     async def run_worker(self) -> None:
@@ -267,6 +281,8 @@ class Reconciler:
             self._written_over.pop(key, None)
             self._expected.pop(key, None)
             self._still_routed_said.pop(key, None)
+            self._watched.pop(key, None)
+            self._clients.pop(key, None)
             self.queue.forget(key)
             return None  # children go with their owner references; no finalizer needed
         if self.owns is not None and not await self.owns(key):
@@ -314,8 +330,9 @@ class Reconciler:
         elif refused is not None:  # the spec changed: render and apply again
             del self._refused[key]
         decision = await self._decide(key, sdep, url, observation)
+        decision, notes = self._notifications(sdep, decision, observation.now)
         children = {kind: self.store.children(kind, key) for kind in ("Deployment", "Service", "InferencePool", "Job")}
-        await self._blocking(self._apply, key, body, sdep, decision, children)
+        await self._blocking(self._apply, key, body, sdep, decision, children, self._offering(notes))
         after = decision.requeue_after.total_seconds() if decision.requeue_after is not None else None
         return min(after, self.resync_seconds) if after is not None else self.resync_seconds
 
@@ -326,7 +343,9 @@ class Reconciler:
         only with an answer that can change it. An analysis's verdict and a fleet look always can (they move
         the rollout, or are recorded in the status), so a pass that measures decides twice; a GPU room that
         fits changes nothing (`GpuRoom.fits`), so only a room too small is decided again. Each ask is answered
-        at most once a pass; what a pass costs: docs/architecture.md#one-pass-of-the-operator."""
+        at most once a pass; what a pass costs: docs/architecture.md#one-pass-of-the-operator. A watch (the live
+        canary's newest scrape checked for failures) comes last, and is decided again only when it found one;
+        otherwise the pass looks again at the canary's next scrape."""
         decision = self._decision(sdep, observation)
         if decision.analysis_due or decision.candidate_analyses_due:
             observation = await self._analyses(sdep, url, decision, observation)
@@ -339,7 +358,61 @@ class Reconciler:
         if decision.fleet_look_due and url is not None:
             look = await self._look(sdep, url, decision.status, observation.now)
             decision = self._decision(sdep, replace(observation, fleet_look=look))
+        watch = None
+        if decision.watch_due and url is not None:
+            watch = await self._watch(key, sdep, url, decision.status, observation.now)
+            if watch.failure is not None:
+                observation = replace(observation, watch=watch)
+                decision = self._decision(sdep, observation)
+        if decision.watch_due and watch is not None and watch.next_at is not None:
+            wait = max(watch.next_at - observation.now, timedelta(0))
+            if decision.requeue_after is None or wait < decision.requeue_after:
+                decision = replace(decision, requeue_after=wait)
         return decision
+
+    async def _watch(self, key: Key, sdep: SpeculativeDeployment, url: str, status: Any, now: datetime) -> Watch:
+        """The live canary's newest scrape checked for failures, once per scrape. Never raises: a Prometheus that
+        cannot be asked is the analyses' business (their Error verdicts), and a bug is logged."""
+        revision = status.canary_revision
+        try:
+            known = self._clients.get(key)
+            provider = known[1] if known is not None and known[0] == url else None
+            provider = provider or await self._blocking(self._provider, sdep, url)
+            watch, watched = await self._blocking(watch_canary, provider, sdep, status, now, self._watched.get(key))
+        except (SecretError, UrlNotAllowedError):
+            return Watch(revision)
+        except Exception:
+            logger.exception("%s/%s: the watch failed", sdep.metadata.namespace, sdep.metadata.name)
+            return Watch(revision)
+        if watched is None:
+            self._watched.pop(key, None)
+        else:
+            self._watched[key] = watched
+        return watch
+
+    def _notifications(
+        self, sdep: SpeculativeDeployment, decision: Decision, now: datetime
+    ) -> tuple[Decision, list[Notification]]:
+        """The transitions this decision makes, and the decision with its status recording them (`notified`)."""
+        if self.notifier is None:
+            return decision, []
+        meta = sdep.metadata
+        fleet = Fleet(meta.namespace, meta.name, meta.uid or "", meta.generation or 0)
+        notes, status = notifications(fleet, sdep.spec, sdep.status, decision.status, now)
+        return (replace(decision, status=status), notes) if notes else (decision, [])
+
+    def _offering(self, notes: list[Notification]) -> Callable[[], None]:
+        """What `_apply` calls once the status recording `notes` is written (from its thread): they go to the
+        notifier's queue on the event loop, whatever the rest of the pass does (the status says they were sent)."""
+        if self.notifier is None or not notes:
+            return lambda: None
+        loop, offer = asyncio.get_running_loop(), self.notifier.offer
+
+        def offered() -> None:
+            for note in notes:
+                loop.call_soon_threadsafe(offer, note)
+
+        return offered
 
     def _decision(self, sdep: SpeculativeDeployment, observation: Observation) -> Decision:
         """One call of the pure `decide` (a seam for counting them: benchmarks/pass_cost.py)."""
@@ -443,12 +516,13 @@ class Reconciler:
         sdep: SpeculativeDeployment,
         decision: Decision,
         children: dict[str, dict[str, Any]],
+        status_written: Callable[[], None] = lambda: None,
     ) -> None:
         """The decision's writes, one named step each, in the order the write discipline needs: traffic off
-        the canary, the status (with its precondition), the wanted children, route weights, pruning, the
-        preflight Job, events, done commands. A refused status write raises and ends the pass there. A
-        decision that holds the children (the spec cannot be rendered) writes the status, events and
-        commands only.
+        the canary, the status (with its precondition; then `status_written`, which hands the pass's
+        notifications on), the wanted children, route weights, pruning, the preflight Job, events, done commands.
+        A refused status write raises and ends the pass there. A decision that holds the children (the spec
+        cannot be rendered) writes the status, events and commands only.
 
         Runs in a thread: it reads only the `children` snapshot taken on the event loop, never the store.
         """
@@ -456,6 +530,7 @@ class Reconciler:
         wanted = [] if held else [stamped(m) for m in self._desired_children(sdep, decision)]
         applied = set() if held else self._take_traffic_off_canary(key, sdep, decision, wanted, children)
         version = self._write_status(key, body, sdep, decision.status)
+        status_written()
         if not held:
             self._ensure_children(key, sdep, wanted, children, applied)
             self._scale_retiring_canary(key, sdep, decision, children)

@@ -20,7 +20,7 @@ statistics), `speedup` (the holdback speed-up), `drift` (the serving fleet again
 (how numbers read in reasons).
 """
 
-from specfleet.judge.canary import Judgement, Recent, judge, judged_guardrails
+from specfleet.judge.canary import Judgement, Recent, judge, judged_guardrails, watch
 from specfleet.judge.drift import DriftCheck, describe_mix, drift
 from specfleet.judge.evidence import CustomReading, TrackEvidence, measurements
 from specfleet.judge.speedup import speedup
@@ -39,4 +39,5 @@ __all__ = [
     "judged_guardrails",
     "measurements",
     "speedup",
+    "watch",
 ]

@@ -6,7 +6,7 @@ in its docstring and docs/judge.md); the custom guardrails (`judge.custom`) and 
 (`judge.equivalence`) are judged beside them, on the same budget.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -31,11 +31,16 @@ class Judgement:
     checks: tuple[GuardrailCheck, ...] = ()
 
 
+WATCH_SHARE = 0.5
+"""The watch's share of the trailing half of the false-failure budget; the analyses' window check spends the rest."""
+
+
 @dataclass(frozen=True)
 class Recent:
-    """Both tracks' evidence over the trailing `analysis.window` alone, checked for failures only: a canary
-    that turns bad late in a long step is caught without waiting for its bad evidence to outweigh its good
-    start. Its bounds are for one look (`look_budget`), the analysis's number `look`."""
+    """Both tracks' evidence over a trailing range alone, checked for failures only: a canary that turns bad
+    late in a long step is caught without waiting for its bad evidence to outweigh its good start. Its bounds
+    are for one look (`look_budget`) numbered `look`: the analysis's number for the trailing `analysis.window`,
+    the scrape's number since the canary started for a watch's ranges."""
 
     canary: TrackEvidence
     stable: TrackEvidence
@@ -90,6 +95,14 @@ def judged_guardrails(guardrails: Guardrails, speculative: bool) -> int:
     return built_in + len(guardrails.custom) + int(guardrails.output_equivalence.enabled)
 
 
+def _failures(
+    recent: Recent, guardrails: Guardrails, speculative: bool, z: float, named: str, same: bool
+) -> list[Check]:
+    """The guardrails that surely fail over the trailing range alone, each bound `z` standard errors wide."""
+    trailing = Look(guardrails, recent.canary, recent.stable, lambda _: z, named, same)
+    return [c for c in _checks(trailing, speculative) if c.verdict is Verdict.FAIL]
+
+
 def _with_recent_failures(checks: list[Check], failed: list[Check], seconds: float) -> list[Check]:
     """The trailing-window check's failures replace what the whole step's evidence did not fail."""
     by_guardrail = {c.guardrail: c for c in failed}
@@ -133,14 +146,13 @@ def judge(
     budget, named = (1 - confidence) / 2, f"{confidence * 100:g}%"
     tests = judged_guardrails(guardrails, speculative)
     per_check = budget / (max(1, steps) * tests)
-    sequence = Look(guardrails, canary, stable, lambda n: sequence_z(n, per_check), named, same_drafter)
+    sequence = Look(guardrails, canary, stable, lambda n: sequence_z(n, per_check), named, same_drafter, per_check)
     checks = _checks(sequence, speculative)
     if guardrails.output_equivalence.enabled:
         checks.append(output_equivalence(guardrails.output_equivalence, pairs, sequence.z, named))
     if recent is not None:
-        z = z_score(look_budget(budget, max(1, recent.look)) / tests)
-        trailing = Look(guardrails, recent.canary, recent.stable, lambda _: z, f"{named} over all looks", same_drafter)
-        failed = [c for c in _checks(trailing, speculative) if c.verdict is Verdict.FAIL]
+        z = z_score(look_budget(budget * (1 - WATCH_SHARE), max(1, recent.look)) / tests)
+        failed = _failures(recent, guardrails, speculative, z, f"{named} over all looks", same_drafter)
         checks = _with_recent_failures(checks, failed, recent.seconds)
     verdict = next(
         (v for v in (Verdict.FAIL, Verdict.INCONCLUSIVE) if any(c.verdict is v for c in checks)), Verdict.PASS
@@ -152,4 +164,43 @@ def judge(
         measurements(canary),
         measurements(stable),
         tuple(c.record() for c in checks),
+    )
+
+
+def watch(
+    guardrails: Guardrails,
+    ranges: Sequence[Recent],
+    *,
+    speculative: bool,
+    confidence: float,
+    same_drafter: bool = False,
+) -> Judgement | None:
+    """The fail-only check of a new scrape: every guardrail on each trailing range of `ranges` alone (a few
+    scrapes long, all ending at the scrape); a Judgement that fails with the first failure of each guardrail,
+    or None when nothing fails (a watch never passes a canary, nor holds one).
+
+    Its bounds are one look's, numbered by the scrape (`Recent.look`), at `WATCH_SHARE` of the trailing half
+    of the false-failure budget split over the guardrails and the ranges: over a canary's every scrape a good
+    canary is failed by its watches with probability at most (1 - confidence) / 2 x WATCH_SHARE, when each
+    number is looked at once (the shell's rule; a look repeated on the same samples decides the same).
+    """
+    if not ranges:
+        return None
+    named = f"{confidence * 100:g}% over all looks"
+    budget = (1 - confidence) / 2 * WATCH_SHARE / (judged_guardrails(guardrails, speculative) * len(ranges))
+    failed: dict[str, Check] = {}
+    for recent in ranges:
+        z = z_score(look_budget(budget, max(1, recent.look)))
+        for check in _failures(recent, guardrails, speculative, z, named, same_drafter):
+            last = f"over the last {wording.span(recent.seconds)}: "
+            failed.setdefault(check.guardrail, replace(check, message=last + check.message))
+    if not failed:
+        return None
+    shortest = ranges[0]
+    return Judgement(
+        Verdict.FAIL,
+        tuple(c.message for c in failed.values()),
+        measurements(shortest.canary),
+        measurements(shortest.stable),
+        tuple(c.record() for c in failed.values()),
     )

@@ -17,7 +17,7 @@ from typing import ClassVar
 from specfleet.api.spec import Guardrails
 from specfleet.judge.evidence import TrackEvidence
 from specfleet.judge.verdicts import Check, Growth
-from specfleet.stats import rate_ratio_bounds
+from specfleet.stats import binomial_sequence_bounds, rate_ratio_bounds, wilson_bounds
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,9 @@ class Look:
     """How the bounds are named in reasons, e.g. `99%` (over all looks)."""
     same_drafter: bool = False
     """Stable runs the canary's drafter (another k, say): its acceptance is the baseline, not the canary's doing."""
+    budget: float | None = None
+    """The per-side error of a bound that holds at every look (a confidence sequence), for the checks built
+    on counts (`binomial_sequence_bounds`); None: the bounds are for this look alone, at `z`."""
 
     def load_ratio(self) -> float | None:
         canary, stable = self.canary.per_pod_load, self.stable.per_pod_load
@@ -44,6 +47,13 @@ class Look:
         if load is None or requests <= 0:
             return None
         return rate_ratio_bounds(load, requests, self.stable.requests, self.z(requests))[0]
+
+    def share_bounds(self, successes: float, trials: float, scale: float) -> tuple[float, float]:
+        """Bounds of a share of requests (errors) at this look's level: a confidence sequence for Bernoulli
+        counts when the look is one of a sequence, else Wilson's bound at `z`. `scale`: the limit judged."""
+        if self.budget is not None:
+            return binomial_sequence_bounds(successes, trials, self.budget, scale)
+        return wilson_bounds(successes, trials, self.z(trials))
 
     def growth(self) -> Growth:
         """The canary's requests and the time they took: what most checks need more of."""

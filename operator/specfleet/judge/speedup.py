@@ -8,10 +8,15 @@ from specfleet.api.status import Speedup
 from specfleet.judge import wording
 from specfleet.judge.evidence import TrackEvidence, ratio, rounded
 from specfleet.judge.verdicts import LOAD_TOLERANCE
-from specfleet.stats import binned_sd, t_score, z_score
+from specfleet.stats import binned_sd, rate_ratio_bounds, t_score, z_score
 
 MIN_SLICES = 4
 """Fewest slices of a window whose spread bounds the speed-up (batch means); with fewer, requests alone do."""
+
+
+def comparable(load_lower: float, load_upper: float) -> bool:
+    """Whether a load ratio's bounds both lie within the comparable band (1/1.25x to 1.25x)."""
+    return load_lower >= 1 / (1 + LOAD_TOLERANCE) and load_upper <= 1 + LOAD_TOLERANCE
 
 
 def speedup(
@@ -54,12 +59,23 @@ def speedup(
     s_tokens = stable.per_pod_second(stable.generation_tokens)
     h_tokens = holdback.per_pod_second(holdback.generation_tokens)
     load = ratio(stable.per_pod_load, holdback.per_pod_load)
+    load_lower, load_upper = (
+        (None, None) if load is None else rate_ratio_bounds(load, stable.requests, holdback.requests, z)
+    )
     message = (
         f"per-token latency {wording.ms(s_mean)} vs holdback {wording.ms(h_mean)} (means): speed-up "
         f"{estimate:.3f}x, {confidence * 100:g}% bounds {lower:.3f}-{upper:.3f}"
     )
-    if load is not None and not 1 / (1 + LOAD_TOLERANCE) <= load <= 1 + LOAD_TOLERANCE:
-        message += f"; stable pods carried {load:.2f}x the holdback's per-pod load: not comparable"
+    if (
+        load is not None
+        and load_lower is not None
+        and load_upper is not None
+        and not comparable(load_lower, load_upper)
+    ):
+        message += (
+            f"; stable pods carried {load:.2f}x the holdback's per-pod load ({load_lower:.2f}-{load_upper:.2f}x): "
+            "not shown comparable"
+        )
     return Speedup(
         time=time,
         estimate=rounded(estimate, 4),
@@ -69,5 +85,7 @@ def speedup(
         holdback_token_latency_mean_seconds=rounded(h_mean),
         throughput_ratio=rounded(ratio(s_tokens, h_tokens), 4),
         load_ratio=rounded(load, 4),
+        load_lower=rounded(load_lower, 4),
+        load_upper=rounded(load_upper, 4),
         message=message,
     )

@@ -56,6 +56,13 @@ class MetricsProvider(Protocol):
         """An instant vector as label value -> value (NaN samples left out)."""
 
 
+class SeriesProvider(MetricsProvider, Protocol):
+    """A MetricsProvider that also answers an instant vector whole: one request for many fields (the watch)."""
+
+    def series(self, query: str, at: float | None = None) -> list[tuple[dict[str, str], float]]:
+        """Every series of an instant vector: its labels and its value (NaN samples left out)."""
+
+
 class Prometheus:
     """A MetricsProvider over the Prometheus HTTP API."""
 
@@ -96,6 +103,14 @@ class Prometheus:
             if not math.isnan(value):
                 values[str(metric.get(label, ""))] = value
         return values
+
+    def series(self, query: str, at: float | None = None) -> list[tuple[dict[str, str], float]]:
+        found = []
+        for sample in self._query(query, at):
+            metric, value = self._sample(sample, query)
+            if not math.isnan(value):
+                found.append(({str(k): str(v) for k, v in metric.items()}, value))
+        return found
 
     def _sample(self, sample: object, query: str) -> tuple[dict[str, Any], float]:
         """One series of an instant vector: its labels and its value (NaN kept: it means "no data").

@@ -1,11 +1,13 @@
 """PromQL for judging one track of a SpeculativeDeployment. Pure string building; label values escaped.
 
-The judge needs counts, not ratios: `increase` over the evidence range of each counter and of each
+The judge needs counts, not ratios: the increase over the evidence range of each counter and of each
 histogram bucket (`sum by (le)`), so it can put confidence bounds on them and compare two tracks on the
-bucket bounds they share. Ratios shown on dashboards follow vLLM's own speculative-decoding dashboard.
+bucket bounds they share. Each series is counted on its own, between its samples (`counted`), so a pod
+that came or went inside the range adds what it served there and nothing else. Ratios shown on dashboards
+follow vLLM's own speculative-decoding dashboard.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from specfleet.api.custom_guardrails import CustomGuardrail
@@ -47,24 +49,46 @@ def seconds(value: float) -> str:
     return f"{max(1, round(value))}s"
 
 
-def increase(metric: str, s: TrackSelector, r: str) -> str:
-    return f"sum(increase({metric}{s.matchers()}[{r}]))"
+@dataclass(frozen=True)
+class Range:
+    """Evidence over the `length` before the evaluation time, its counters read `step` apart (both PromQL
+    durations: `seconds`)."""
+
+    length: str
+    step: str
 
 
-def increase_by(label: str, metric: str, s: TrackSelector, r: str) -> str:
-    return f"sum by ({label}) (increase({metric}{s.matchers()}[{r}]))"
+def counted(series: str, r: Range) -> str:
+    """Each series' increase over the range, counted between its own samples `r.step` apart: a series that
+    starts inside the range counts from its first sample, one that ends (a pod gone) up to its last, and a
+    drop (a restarted process) counts from zero. No extrapolation: `increase` stretches each series to the
+    range's ends on its own, so a range holding a series' start read a biased mean (a histogram's `_sum`
+    and `_count` stretch differently). Every step's difference lies inside the range when the range starts
+    two steps after the evidence does (`counting_range`).
+    """
+    x, step = series, r.step
+    per_step = f"({x} - {x} offset {step}) >= 0 or ({x} unless {x} offset {step}) * 0 or {x} * 1"
+    return f"sum_over_time(({per_step})[{r.length}:{step}])"
 
 
-def histogram_buckets(histogram: str, s: TrackSelector, r: str) -> str:
+def increase(metric: str, s: TrackSelector, r: Range) -> str:
+    return f"sum({counted(metric + s.matchers(), r)})"
+
+
+def increase_by(label: str, metric: str, s: TrackSelector, r: Range) -> str:
+    return f"sum by ({label}) ({counted(metric + s.matchers(), r)})"
+
+
+def histogram_buckets(histogram: str, s: TrackSelector, r: Range) -> str:
     """Cumulative count per `le` over the range: the binned data the judge's quantile bounds work on."""
     return increase_by("le", f"{histogram}_bucket", s, r)
 
 
-def finished_by_reason(s: TrackSelector, r: str) -> str:
+def finished_by_reason(s: TrackSelector, r: Range) -> str:
     return increase_by("finished_reason", names.REQUEST_SUCCESS, s, r)
 
 
-def accepted_by_position(s: TrackSelector, r: str) -> str:
+def accepted_by_position(s: TrackSelector, r: Range) -> str:
     return increase_by("position", names.ACCEPTED_PER_POSITION, s, r)
 
 
@@ -88,7 +112,7 @@ def gauge_max(metric: str, s: TrackSelector, r: str) -> str:
     return f"max(max_over_time({metric}{s.matchers()}[{r}]))"
 
 
-def histogram_mean(histogram: str, s: TrackSelector, r: str) -> str:
+def histogram_mean(histogram: str, s: TrackSelector, r: Range) -> str:
     """The mean observation over the range, from the histogram's `_sum` and `_count`. The count is kept only
     when positive, so no observation is no answer rather than a division by zero (NaN, or an infinity that
     the provider refuses as malformed)."""
@@ -104,9 +128,10 @@ def _first_sample(s: TrackSelector, r: str, step: str) -> str:
     return f"min_over_time(timestamp({_pod_series(s)})[{r}:{step}])"
 
 
-def youngest_series_start(s: TrackSelector, r: str, step: str) -> str:
-    """When Prometheus first scraped the track's youngest pod within the range (Unix time, late by < `step`)."""
-    return f"max({_first_sample(s, r, step)})"
+def latest_sample(s: TrackSelector) -> str:
+    """When Prometheus last scraped any of the track's pods (Unix time; none once every series is stale): what a
+    watch compares with the last it judged, to judge each new scrape once."""
+    return f"max(timestamp({_pod_series(s)}))"
 
 
 def newest_sample(s: TrackSelector, r: str, step: str) -> str:
@@ -122,15 +147,15 @@ def scrape_interval(s: TrackSelector, r: str, step: str) -> str:
     return f"min(({span}) / (count_over_time({_pod_series(s)}[{r}]) - 1 > 0))"
 
 
-def gauges(s: TrackSelector, r: str) -> dict[str, str]:
+def gauges(s: TrackSelector, r: Range) -> dict[str, str]:
     """Evidence field -> query with one value over the range (gauges, and means of histograms)."""
     return {
         "token_latency_mean": histogram_mean(names.TIME_PER_OUTPUT_TOKEN, s, r),
         "step_latency_mean": histogram_mean(names.INTER_TOKEN_LATENCY, s, r),
-        "batch_mean": gauge_mean(names.REQUESTS_RUNNING, s, r),
-        "waiting_growth": waiting_growth(s, r),
-        "kv_cache_usage_mean": gauge_mean(names.KV_CACHE_USAGE, s, r),
-        "kv_cache_usage_max": gauge_max(names.KV_CACHE_USAGE, s, r),
+        "batch_mean": gauge_mean(names.REQUESTS_RUNNING, s, r.length),
+        "waiting_growth": waiting_growth(s, r.length),
+        "kv_cache_usage_mean": gauge_mean(names.KV_CACHE_USAGE, s, r.length),
+        "kv_cache_usage_max": gauge_max(names.KV_CACHE_USAGE, s, r.length),
     }
 
 
@@ -154,7 +179,7 @@ HISTOGRAMS = {
 """Evidence field -> histogram whose buckets the judge reads."""
 
 
-def custom_queries(guardrail: CustomGuardrail, s: TrackSelector, r: str) -> dict[str, str]:
+def custom_queries(guardrail: CustomGuardrail, s: TrackSelector, r: Range) -> dict[str, str]:
     """Reading -> query for one custom guardrail on one track: its counters' increases (`events`, `total`) or
     its histogram's buckets (`histogram`, by `le`). Only metric names and label equalities come from the
     user; the rest, and the track's matchers, are the operator's."""
@@ -162,8 +187,49 @@ def custom_queries(guardrail: CustomGuardrail, s: TrackSelector, r: str) -> dict
     if guardrail.rate is not None:
         rate = guardrail.rate
         return {
-            "events": f"sum(increase({rate.events}{selector}[{r}]))",
-            "total": f"sum(increase({rate.total}{selector}[{r}]))",
+            "events": f"sum({counted(rate.events + selector, r)})",
+            "total": f"sum({counted(rate.total + selector, r)})",
         }
     assert guardrail.latency is not None
-    return {"histogram": f"sum by (le) (increase({guardrail.latency.histogram}_bucket{selector}[{r}]))"}
+    return {"histogram": f"sum by (le) ({counted(guardrail.latency.histogram + '_bucket' + selector, r)})"}
+
+
+WATCH_FIELD = "specfleet_field"
+"""The label naming which evidence field a series of the watch's one query answers (`watch_evidence`)."""
+
+
+def _difference(series: str, d: str) -> str:
+    """Each series' increase between its newest sample and its sample `d` earlier: exact, no extrapolation. A
+    series without a sample `d` ago (a new pod) or that dropped (a restarted process) is left out of this short
+    range, which only ever narrows the evidence."""
+    return f"({series} - {series} offset {d}) >= 0"
+
+
+def watch_evidence(s: TrackSelector, d: str, custom: Sequence[CustomGuardrail] = ()) -> str:
+    """One query for everything the fail-only check reads about one track over the last `d`, each part labelled
+    with its evidence field (`WATCH_FIELD`): the counters, the histograms' buckets, sums and counts, finished
+    requests by reason and by pod, acceptance by position, the gauges, and each custom guardrail's readings
+    (`custom.<index>.<reading>`). One request per track and range instead of one per field, since the watch
+    runs at every scrape."""
+    m = s.matchers()
+    parts = {field: f"sum({_difference(metric + m, d)})" for field, metric in COUNTERS.items()}
+    for field, histogram in HISTOGRAMS.items():
+        parts[field] = f"sum by (le) ({_difference(histogram + '_bucket' + m, d)})"
+        parts[f"{field}_sum"] = f"sum({_difference(histogram + '_sum' + m, d)})"
+        parts[f"{field}_count"] = f"sum({_difference(histogram + '_count' + m, d)})"
+    parts["finished"] = f"sum by (finished_reason) ({_difference(names.REQUEST_SUCCESS + m, d)})"
+    parts["finished_by_pod"] = f"sum by ({names.POD}) ({_difference(names.REQUEST_SUCCESS + m, d)})"
+    parts["accepted_per_position"] = f"sum by (position) ({_difference(names.ACCEPTED_PER_POSITION + m, d)})"
+    parts["batch_mean"] = gauge_mean(names.REQUESTS_RUNNING, s, d)
+    parts["waiting_growth"] = waiting_growth(s, d)
+    parts["kv_cache_usage_mean"] = gauge_mean(names.KV_CACHE_USAGE, s, d)
+    parts["kv_cache_usage_max"] = gauge_max(names.KV_CACHE_USAGE, s, d)
+    for index, guardrail in enumerate(custom):
+        selector = s.matchers_with(guardrail.match_labels)
+        if guardrail.rate is not None:
+            parts[f"custom.{index}.events"] = f"sum({_difference(guardrail.rate.events + selector, d)})"
+            parts[f"custom.{index}.total"] = f"sum({_difference(guardrail.rate.total + selector, d)})"
+        elif guardrail.latency is not None:
+            bucket = guardrail.latency.histogram + "_bucket" + selector
+            parts[f"custom.{index}.histogram"] = f"sum by (le) ({_difference(bucket, d)})"
+    return " or ".join(f'label_replace({query}, "{WATCH_FIELD}", "{field}", "", "")' for field, query in parts.items())

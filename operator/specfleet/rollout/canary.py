@@ -369,6 +369,10 @@ def _judge(p: Pass) -> Pass | Decided:
     if _paused_after_failure(p):
         last = p.status.last_analysis
         return Decided(p.but(canary_traffic=last is None or last.verdict is not Verdict.FAIL))
+    watched = _watch(p)
+    if isinstance(watched, Decided):
+        return watched
+    p = watched
     analysis = p.obs.analysis
     if analysis is None or analysis.revision != p.status.canary_revision:
         return _ask_for_analysis(p)
@@ -381,6 +385,20 @@ def _judge(p: Pass) -> Pass | Decided:
     if analysis.verdict is Verdict.FAIL:
         return _count_failure(p.with_status(unjudged_since=None, no_data_seconds=0, provider_error_seconds=0), analysis)
     return _no_verdict(p, analysis, previous)
+
+
+def _watch(p: Pass) -> Pass | Decided:
+    """Ask for a watch of the canary's newest scrape on every pass (the shell judges each scrape once), or take
+    in the failure one found: it counts as a failed analysis."""
+    watch = p.obs.watch
+    if watch is None:
+        return p.but(watch_due=True)
+    if watch.failure is None or watch.revision != p.status.canary_revision:
+        return p
+    cleared = p.with_status(
+        last_analysis=watch.failure, unjudged_since=None, no_data_seconds=0, provider_error_seconds=0
+    )
+    return _count_failure(cleared, watch.failure)
 
 
 def _ask_for_analysis(p: Pass) -> Pass:

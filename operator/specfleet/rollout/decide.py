@@ -412,6 +412,7 @@ def _finish(p: Pass) -> Decision:
         requeue_after=max(wake, timedelta(0)) if wake is not None else None,
         done_commands=tuple(k for k in obs.commands if k in final.status.acknowledged_commands),
         analysis_due=p.analysis_due,
+        watch_due=p.watch_due,
         fleet_look_due=p.fleet_look_due,
         route_weights={track: weight for track, weight in weights.items() if weight},
         canary_mirror=_route_mirror(p),

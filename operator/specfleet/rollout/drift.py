@@ -18,7 +18,8 @@ from specfleet.api.status import (
     TunedConfig,
 )
 from specfleet.api.vocabulary import ConditionType
-from specfleet.judge import DriftCheck, TrackEvidence, describe_mix, drift
+from specfleet.judge import LOAD_TOLERANCE, DriftCheck, TrackEvidence, describe_mix, drift
+from specfleet.judge.speedup import comparable
 from specfleet.render.manifests import revision
 from specfleet.rollout.holdback import reference_spec
 from specfleet.rollout.state import Pass
@@ -115,15 +116,22 @@ def judge_drift(p: Pass, evidence: TrackEvidence, measured: Speedup | None = Non
 def _against_holdback(
     drifted: bool | None, reasons: tuple[str, ...], measured: Speedup | None
 ) -> tuple[bool | None, tuple[str, ...]]:
-    """With a holdback its speed-up joins the look's verdict: stable surely slower than the control group
-    (upper bound < 1) is drift at any load or mix, since both tracks see the same traffic; an estimate at or
-    above 1 judges latency where the comparison with promotion could not (load or mix shifted)."""
-    if measured is None or measured.estimate is None or measured.upper is None:
+    """With a holdback its speed-up joins the look's verdict, on its bounds and its load ratio's, never their
+    estimates: stable surely slower than the control group (upper bound < 1) is drift at any load or mix,
+    since both tracks see the same traffic, unless stable's pods surely carried more (load lower bound past
+    1.25x); stable surely faster (lower bound >= 1) at load shown comparable is paying, even where the
+    comparison with promotion could not judge (load or mix shifted). Between, not shown either way: no
+    verdict, whatever the comparison with promotion says (it does not show the config pays)."""
+    if measured is None or measured.lower is None or measured.upper is None:
         return drifted, reasons
     reasons = (*reasons, f"against the holdback: {measured.message}")
-    if drifted or measured.upper < 1:
+    heavier = measured.load_lower is not None and measured.load_lower > 1 + LOAD_TOLERANCE
+    if drifted or (measured.upper < 1 and not heavier):
         return True, reasons
-    return (False if measured.estimate >= 1 else None), reasons
+    load_lower, load_upper = measured.load_lower, measured.load_upper
+    if measured.lower >= 1 and load_lower is not None and load_upper is not None and comparable(load_lower, load_upper):
+        return False, reasons
+    return None, reasons
 
 
 def _traffic_shift(p: Pass, before: bool, now: DriftCheck) -> Pass:

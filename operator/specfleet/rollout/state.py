@@ -65,6 +65,7 @@ class Pass:
     wake: tuple[datetime, ...] = ()
     canary_traffic: bool = False
     analysis_due: bool = False
+    watch_due: bool = False
     fleet_look_due: bool = False
     live_before: str | None = None
     """The canary that was live when this pass began: commands can only be for it."""

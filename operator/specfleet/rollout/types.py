@@ -125,6 +125,21 @@ NO_PROMETHEUS = (
 
 
 @dataclass(frozen=True)
+class Watch:
+    """The fail-only check of the live canary at a new scrape (`judge.watch`), as the shell ran it. A decision
+    takes in only a failure; the shell looks again at `next_at` (a watch that found nothing changes no
+    decision, so it is not decided again)."""
+
+    revision: str
+    next_at: datetime | None = None
+    """When the canary's next scrape is due in Prometheus (its newest sample plus the scrape interval, and a
+    moment to store it): the next watch. None when the operator cannot ask Prometheus."""
+    failure: Analysis | None = None
+    """A Fail verdict when a guardrail surely failed over a trailing range ending at that scrape; else None
+    (a watch neither passes nor holds a canary)."""
+
+
+@dataclass(frozen=True)
 class Observation:
     """Everything the decision needs from outside, gathered by the shell."""
 
@@ -139,6 +154,8 @@ class Observation:
     """Command annotations present on the object (`specfleet.io/promote` -> value)."""
     analysis: Analysis | None = None
     """A fresh analysis of the live canary (set by the shell when one was due and ran)."""
+    watch: Watch | None = None
+    """The live canary's watch (set by the shell when one was due and ran)."""
     prometheus: bool = True
     """Whether a Prometheus is configured for the fleet (its spec's or the operator's). Without one a judged
     canary's analyses are Error verdicts (see `Pass.judged`), and nothing is measured after promotion."""
@@ -192,6 +209,8 @@ class Decision:
     """Command annotations that were acted on and can be removed."""
     analysis_due: bool = False
     """Whether the canary should be measured before the next decision."""
+    watch_due: bool = False
+    """Whether the canary's newest scrape should be checked for failures (`Watch`) before the next decision."""
     fleet_look_due: bool = False
     """Whether the stable track should be measured (while Healthy) before the next decision."""
     hold_children: bool = False

@@ -212,6 +212,40 @@ def test_secrets_only_when_prometheus_auth_is_on_and_narrowed_to_names(helm: Pat
     ]
 
 
+def test_notifications_mount_the_operators_targets_and_read_a_namespaces_secret_by_name_only(helm: Path) -> None:
+    def secret_rules(manifests: list[Manifest]) -> list[Manifest]:
+        rules = only(operators_own(manifests), "ClusterRole")["rules"]
+        return [r for r in rules if "secrets" in r["resources"]]
+
+    on = ("--set", "notifications.enabled=true")
+    target = ("--set", "notifications.targets[0].sink=webhook", "--set", "notifications.targets[0].url=https://e.x/h")
+    assert secret_rules(render(helm, *on, *target)) == []  # the operator's own targets come mounted, not read
+    manifests = render(
+        helm, *on, *target, "--set", "notifications.namespaceSecrets=true",
+        "--set", "notifications.allowedUrls={https://hooks.slack.com/services}",
+    )  # fmt: skip
+    assert secret_rules(manifests) == [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": ["specfleet-notifications"]}
+    ]
+    (secret,) = by_kind(manifests, "Secret")
+    assert yaml.safe_load(secret["stringData"]["targets.yaml"]) == {
+        "targets": [{"sink": "webhook", "url": "https://e.x/h"}]
+    }
+    pod = only(manifests, "Deployment")["spec"]["template"]
+    assert "checksum/notifications" in pod["metadata"]["annotations"]
+    assert {"name": "notifications", "secret": {"secretName": secret["metadata"]["name"],
+            "items": [{"key": "targets.yaml", "path": "targets.yaml"}]}} in pod["spec"]["volumes"]  # fmt: skip
+    args = container(manifests)["args"]
+    assert "--notifications-config=/etc/specfleet/notifications/targets.yaml" in args
+    assert "--namespace-notifications" in args and "--allow-notification-url=https://hooks.slack.com/services" in args
+
+    mine = render(helm, *on, "--set", "notifications.existingSecret=my-targets")
+    assert by_kind(mine, "Secret") == []
+    volumes = only(mine, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    assert any(v.get("secret", {}).get("secretName") == "my-targets" for v in volumes)
+    assert not any("notif" in a for a in container(render(helm))["args"])
+
+
 def test_httproutes_only_when_gateway_api_routing_is_on(helm: Path) -> None:
     def rules(*args: str) -> list[Manifest]:
         return list(only(operators_own(render(helm, *args)), "ClusterRole")["rules"])

@@ -14,23 +14,28 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic.exceptions import ConflictError, ForbiddenError, UnprocessibleEntityError
+from prometheus_client import REGISTRY
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.spec import EndpointPickerRef
 from specfleet.api.status import Phase, SpeculativeDeploymentStatus
-from specfleet.api.vocabulary import LABEL_NAME, LABEL_REVISION, LABEL_TRACK, Track
+from specfleet.api.vocabulary import LABEL_NAME, LABEL_REVISION, LABEL_TRACK, Command, Track
 from specfleet.controller import reconciler as reconciler_module
 from specfleet.controller.kube import SecretError
+from specfleet.controller.notifier import DeliveryPolicy, Notifier
 from specfleet.controller.queue import WorkQueue
 from specfleet.controller.reconciler import RECONCILE_ERROR, RECONCILE_STALLED, Reconciler, failed_sync
+from specfleet.controller.sinks import SINKS
 from specfleet.controller.store import Store
 from specfleet.hardware import GPU_RESOURCE, MI300X, PRODUCT_NAME_LABEL
+from specfleet.notify.targets import parse_targets
 from specfleet.render.manifests import deployment, inference_pool, revision, service
 from specfleet.rollout import Decision, Observation, decide
 from specfleet.rollout.types import NO_PROMETHEUS, GpuRequest, GpuRoom
 
 from bad_specs import BASE, merged
+from receiverkit import receiving
 
 NOW = datetime(2026, 11, 29, 12, tzinfo=UTC)
 KEY = ("default", "llama-eagle3")
@@ -869,3 +874,94 @@ def test_a_child_the_api_server_refuses_makes_the_spec_invalid_with_the_servers_
     assert kube.refusals == 1, "an invalid child is not sent again while the spec is unchanged"
     reconcile(kube, store, reconciler)
     assert kube.refusals == 2, "a new generation is rendered and applied again"
+
+
+# 12. notifications: derived from the pass, recorded in the status it writes, delivered off the reconcile path
+
+
+def aborted_world() -> Store:
+    """A canary at its gate that a user aborts."""
+    store, obj = canary_world()
+    store.put_sdep(merged(obj, {"metadata": {"annotations": {Command.ABORT.annotation: "now"}}}), deleted=False)
+    return store
+
+
+def aborts_sent() -> float:
+    labels = {"sink": "webhook", "transition": "Aborted"}
+    return REGISTRY.get_sample_value("specfleet_notifications_sent_total", labels) or 0.0
+
+
+def webhook_at(url: str) -> Notifier:
+    own = parse_targets(f"targets: [{{sink: webhook, url: '{url}'}}]", "operator", SINKS.keys())
+    return Notifier(own, policy=DeliveryPolicy(attempts=1, timeout=60.0))
+
+
+def test_an_abort_is_recorded_with_its_status_and_delivered_after_the_pass_not_by_it() -> None:
+    """The receiver holds the request 30 s: the pass returns with nothing delivered, and the receiver gets the
+    request meanwhile from the notifier's worker. Then an operator restarted on the written status offers nothing."""
+    store, kube = aborted_world(), RecordingKube()
+    kube.watch = store
+    before = aborts_sent()
+
+    async def one_pass() -> tuple[float, int]:
+        with receiving(delay=30.0) as receiver:
+            notifier = webhook_at(f"http://127.0.0.1:{receiver.port}/hook")
+            notifier.start()
+            reconciler = Reconciler(kube, store, WorkQueue(), clock=lambda: NOW, notifier=notifier)  # type: ignore[arg-type]
+            await reconciler.reconcile(KEY)
+            sent_when_the_pass_returned = aborts_sent()
+            arrived = await asyncio.to_thread(receiver.wait_for, 1, 10.0)
+            await notifier.stop()
+            return sent_when_the_pass_returned, len(arrived)
+
+    sent_when_the_pass_returned, arrived = asyncio.run(one_pass())
+    assert sent_when_the_pass_returned == before and arrived == 1
+    (status, _rv), *_ = kube.status_writes
+    (key,) = status["notified"]
+    assert status["phase"] == "Aborted" and key.startswith("u1/2/Aborted/0/")
+
+    written = merged(body(SpeculativeDeploymentStatus.model_validate(status)), {"metadata": {"resourceVersion": "11"}})
+    restarted_store = Store()
+    restarted_store.put_sdep(written, deleted=False)
+    notifier = webhook_at("http://127.0.0.1:9/hook")
+    restarted = Reconciler(kube, restarted_store, WorkQueue(), clock=lambda: NOW, notifier=notifier)  # type: ignore[arg-type]
+    reconcile(kube, restarted_store, restarted)
+    assert notifier.queue.qsize() == 0
+
+
+def test_without_a_notifier_the_status_records_nothing() -> None:
+    store, kube = aborted_world(), RecordingKube()
+    reconcile(kube, store)
+    (status, _rv), *_ = kube.status_writes
+    assert status["phase"] == "Aborted" and "notified" not in status
+
+
+class DeploymentsRefusedKube(RecordingKube):
+    """The API server fails every Deployment write (after the status write, which it takes)."""
+
+    def apply(self, manifest: dict[str, Any]) -> None:
+        if manifest["kind"] == "Deployment":
+            raise ApiException(status=500, reason="Internal Server Error")
+        super().apply(manifest)
+
+    def create(self, manifest: dict[str, Any]) -> None:
+        self.apply(manifest)
+        super().create(manifest)
+
+
+def test_a_pass_that_fails_after_its_status_write_still_hands_its_notifications_on() -> None:
+    """The status written says the abort was notified: the notification must be queued whatever fails later."""
+    store, kube = aborted_world(), DeploymentsRefusedKube()
+    kube.watch = store
+
+    async def failing_pass() -> list[str]:
+        notifier = webhook_at("http://127.0.0.1:9/hook")
+        reconciler = Reconciler(kube, store, WorkQueue(), clock=lambda: NOW, notifier=notifier)  # type: ignore[arg-type]
+        with pytest.raises(ApiException):
+            await reconciler.reconcile(KEY)
+        await asyncio.sleep(0)  # one turn of the loop: it takes what the pass's thread handed it
+        return [notifier.queue.get_nowait().transition.value for _ in range(notifier.queue.qsize())]
+
+    assert asyncio.run(failing_pass()) == ["Aborted"]
+    (status, _rv), *_ = kube.status_writes
+    assert status["notified"][0].startswith("u1/2/Aborted/0/")

@@ -115,18 +115,19 @@ def test_queries_select_each_track_at_its_revision_over_the_evidence_range() -> 
     answers, _ = run(Answers())
     assert any('specfleet_io_revision="c1"' in q and 'specfleet_io_track="canary"' in q for q in answers.queries)
     assert any('specfleet_io_revision="s1"' in q and 'specfleet_io_track="stable"' in q for q in answers.queries)
-    assert all("[60s]" in q for q in answers.queries if "timestamp(" not in q)
+    # 60 s of evidence read per series 5 s apart (the scrape interval), starting two scrapes in
+    assert all("[50s:5s]" in q or "[50s]" in q for q in answers.queries if "timestamp(" not in q)
     assert answers.times == {NOW.timestamp()}  # one evaluation time: every query sees the same scrapes
 
 
 @pytest.mark.parametrize("track", ["stable", "canary"])
-def test_the_range_starts_one_scrape_after_the_youngest_pod_was_first_scraped(track: str) -> None:
-    """A range holding the start of a pod's series reads a biased mean (Prometheus extrapolates _sum and
-    _count apart): a pod first scraped 30 s ago, every 5 s, leaves 25 s of evidence, whichever its track."""
+def test_a_pod_first_scraped_inside_the_range_costs_only_its_own_samples(track: str) -> None:
+    """A pod replaced 30 s ago (a node lost, a hand-scaled stable) leaves the range whole: each series counts
+    from its own first sample (`promql.counted`), so only the new pod's missing first half is missing."""
     answers, analysis = run(Answers(seen_for={track: 30.0}))
-    assert analysis.evidence_seconds == 25
+    assert analysis.evidence_seconds == 60
     evidence = [q for q in answers.queries if "timestamp(" not in q]
-    assert evidence and all("[25s]" in q for q in evidence)
+    assert evidence and all("[50s:5s]" in q or "[50s]" in q for q in evidence)
 
 
 def test_pods_seen_since_before_the_range_leave_it_whole() -> None:
@@ -170,8 +171,9 @@ def test_missing_queue_kv_and_preemption_series_change_nothing_when_no_limit_is_
     assert analysis.canary.kv_cache_usage_mean is None and analysis.canary.preemptions_per_second is None
 
 
-def test_side_by_side_slices_read_one_range_cut_by_the_youngest_pod_of_any_of_them() -> None:
-    """Slice k3's pods were first scraped 20 s ago: slice k2's analysis, in the same pass, reads 15 s too."""
+def test_side_by_side_slices_read_one_range_since_the_last_of_them_was_ready() -> None:
+    """Slice k3's pods were first scraped 20 s ago: slice k2's analysis still reads the 5 minutes since both were
+    Ready, the new pods counted from their first samples."""
     ready = NOW - timedelta(minutes=5)
     slices = [
         CandidateResult(index=i, revision=r, state=CandidateState.MEASURING, ready_at=ready, looks=2)
@@ -181,7 +183,7 @@ def test_side_by_side_slices_read_one_range_cut_by_the_youngest_pod_of_any_of_th
     sdep = SpeculativeDeployment.from_mapping(BASE)
     answers = Answers(seen_for={"k3": 20.0})
     analysis = analyze_candidate(answers, sdep, status, NOW, 0)
-    assert (analysis.revision, analysis.look, analysis.evidence_seconds) == ("k2", 3, 15)
+    assert (analysis.revision, analysis.look, analysis.evidence_seconds) == ("k2", 3, 300)
     assert any('specfleet_io_track="candidate"' in q and '"k2"' in q for q in answers.queries)
 
 
@@ -193,7 +195,7 @@ def test_evidence_grows_from_the_step_start_past_the_window() -> None:
     answers = Answers()
     analysis = analyze(answers, SpeculativeDeployment.from_mapping(spec), status, NOW)
     assert analysis.evidence_seconds == 1200
-    assert any("[1200s]" in q for q in answers.queries)
+    assert any("[1190s:5s]" in q for q in answers.queries)
 
 
 @pytest.mark.parametrize("track", ["canary", "stable"])

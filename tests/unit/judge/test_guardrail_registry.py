@@ -52,9 +52,9 @@ def test_each_guardrail_reads_metrics_the_analysis_queries() -> None:
     queries = [
         *promql.COUNTERS.values(),
         *promql.HISTOGRAMS.values(),
-        *promql.gauges(selector, "60s").values(),
-        promql.finished_by_reason(selector, "60s"),
-        promql.accepted_by_position(selector, "60s"),
+        *promql.gauges(selector, promql.Range("60s", "5s")).values(),
+        promql.finished_by_reason(selector, promql.Range("60s", "5s")),
+        promql.accepted_by_position(selector, promql.Range("60s", "5s")),
         promql.request_rate_by_pod(selector, "60s"),
     ]
     for g in GUARDRAILS:

@@ -144,6 +144,17 @@ def test_a_heavier_loaded_slower_canary_is_not_failed_on_latency() -> None:
     assert result.verdict is Verdict.INCONCLUSIVE
 
 
+def test_a_heavier_load_excuses_a_latency_fail_only_where_its_bound_shows_it() -> None:
+    """A canary 40% slower, measured at 1.3x stable's per-pod load on 300 requests: its pods could have carried
+    stable's load (the ratio's lower bound is under 1.25x), so the Fail stands; at 3x on 2,500 requests it is
+    surely heavier, and the Fail is withheld."""
+    thin = verdict_of(track(seed=42, token_ms=7.0, requests=300, rate_per_pod=5.2), track(seed=43, requests=900))
+    assert thin.verdict is Verdict.FAIL, thin.reasons
+    heavy = verdict_of(track(seed=21, token_ms=7.0, rate_per_pod=3.0), track(seed=22, rate_per_pod=1.0))
+    assert heavy.verdict is Verdict.INCONCLUSIVE
+    assert any("carried 3.00x stable's per-pod load (lower bound" in r for r in heavy.reasons), heavy.reasons
+
+
 def test_errors_are_judged_against_stable_and_aborts_are_not_errors() -> None:
     failing = verdict_of(track(seed=23, error_share=0.05), track(seed=24, error_share=0.0))
     assert failing.verdict is Verdict.FAIL
@@ -317,7 +328,8 @@ def test_a_canary_offered_less_than_stable_cannot_pass_throughput() -> None:
     stable = serving(seed=10, offered=4.0, capacity=6.0)
     result = verdict_of(canary, stable, guards=CAPACITY_GUARDS)
     assert result.verdict is Verdict.INCONCLUSIVE
-    assert "but canary pods were offered only 0.5" in _reason(result, "completed")
+    assert "but canary pods were offered 0.5" in _reason(result, "completed")
+    assert "not yet shown 0.80x or more" in _reason(result, "completed")
 
 
 def test_a_canary_offered_more_than_stable_cannot_fail_throughput() -> None:

@@ -2,15 +2,19 @@
 
 import math
 import random
+from collections.abc import Callable
 
 import pytest
 
+from specfleet.judge.verdicts import difference_bounds
 from specfleet.render.argv import FINE_ITL_BUCKETS
 from specfleet.stats import (
     Binned,
+    binomial_sequence_bounds,
     common_bounds,
     look_budget,
     quantile_bounds,
+    rate_ratio_bounds,
     requests_to_bound,
     sequence_z,
     wilson_bounds,
@@ -134,3 +138,111 @@ def test_a_confidence_sequence_narrows_as_evidence_grows() -> None:
     widths = [sequence_z(n, 0.001) / math.sqrt(n) for n in (100, 200, 400, 800, 1600, 3200)]
     assert widths == sorted(widths, reverse=True)
     assert 1 < sequence_z(1000, 0.001) / z_score(0.001) < 1.5  # the price of looking at will, at a canary's size
+
+
+def _bernoulli_path(rng: random.Random, rate: float, looks: list[int]) -> list[float]:
+    """Successes of one sequence of Bernoulli trials, read at each of `looks` (trial counts, increasing)."""
+    path, successes, done = [], 0, 0
+    for n in looks:
+        successes += sum(rng.random() < rate for _ in range(n - done))
+        path.append(float(successes))
+        done = n
+    return path
+
+
+GEOMETRIC_LOOKS = sorted({round(20 * 1.1**i) for i in range(50)})
+"""Looks at 20 trials and every 10% more, to about 2,100: as the judge looks, at every analysis of a growing step."""
+
+
+@pytest.mark.parametrize("rate", [0.003, 0.01, 0.05])
+def test_a_bernoulli_confidence_sequence_holds_at_every_look_at_once(rate: float) -> None:
+    """1,000 sequences of requests failing at `rate`, each looked at 40 times: each bound is crossed in at most
+    its error's share of them, where Wilson's fixed-sample bound at the same level is crossed more often."""
+    rng = random.Random(int(rate * 1000) + 7)
+    error, sequences, scale = 0.05, 1000, 0.01
+    above = below = fixed_below = 0
+    for _ in range(sequences):
+        path = _bernoulli_path(rng, rate, GEOMETRIC_LOOKS)
+        bounds = [binomial_sequence_bounds(s, n, error, scale) for s, n in zip(path, GEOMETRIC_LOOKS, strict=True)]
+        above += any(lower > rate for lower, _ in bounds)
+        below += any(upper < rate for _, upper in bounds)
+        fixed = [wilson_bounds(s, n, z_score(error)) for s, n in zip(path, GEOMETRIC_LOOKS, strict=True)]
+        fixed_below += any(upper < rate for _, upper in fixed)
+    assert above / sequences <= error
+    assert below / sequences <= error
+    if rate > 0:
+        assert fixed_below > below
+
+
+def test_errors_as_counts_show_a_clean_canary_within_a_point_sooner_than_a_normal_sequence() -> None:
+    """0 errors: the Bernoulli sequence shows the rate under 1 point in about half the requests the normal
+    mixture around Wilson's bound needed (at the judge's per-side error of 0.00125)."""
+    budget = 0.00125
+
+    def needed(upper: Callable[[float], float]) -> int:
+        return next(n for n in range(100, 5000, 10) if upper(n) <= 0.01)
+
+    counts = needed(lambda n: binomial_sequence_bounds(0, n, budget, 0.01)[1])
+    normal = needed(lambda n: wilson_bounds(0, n, sequence_z(n, budget))[1])
+    assert counts < 0.6 * normal
+    assert 700 < counts < 900
+
+
+def test_a_bernoulli_sequence_reads_fractional_counts_and_says_nothing_without_trials() -> None:
+    assert binomial_sequence_bounds(0, 0, 0.01, 0.01) == (0.0, 1.0)
+    lower, upper = binomial_sequence_bounds(12.5, 1000.4, 0.01, 0.01)
+    assert 0 < lower < 12.5 / 1000.4 < upper < 1
+    assert binomial_sequence_bounds(5, 5, 0.01, 0.01)[1] == 1.0
+
+
+def test_the_difference_of_two_error_rates_holds_at_every_look_at_once() -> None:
+    """A canary exactly one point worse than stable (on the limit: the worst case for a false verdict), stable
+    with 3x its requests: over 1,000 sequences looked at 40 times, Newcombe's bounds from each track's
+    Bernoulli sequence put the difference past it (a false Fail) or short of it in at most the error's share."""
+    rng = random.Random(11)
+    error, sequences, limit = 0.05, 1000, 0.01
+    stable_rate, canary_rate = 0.002, 0.012
+    stable_looks = [3 * n for n in GEOMETRIC_LOOKS]
+    past = short = 0
+    for _ in range(sequences):
+        canary = _bernoulli_path(rng, canary_rate, GEOMETRIC_LOOKS)
+        stable = _bernoulli_path(rng, stable_rate, stable_looks)
+        seen = []
+        for c, s, n in zip(canary, stable, GEOMETRIC_LOOKS, strict=True):
+            c_bounds = binomial_sequence_bounds(c, n, error, limit)
+            s_bounds = binomial_sequence_bounds(s, 3 * n, error, limit)
+            seen.append(difference_bounds(c / n, c_bounds, s / (3 * n), s_bounds))
+        past += any(lower > limit for lower, _ in seen)
+        short += any(upper < limit for _, upper in seen)
+    assert past / sequences <= error
+    assert short / sequences <= error
+
+
+def test_a_load_ratio_bound_holds_at_every_look_at_once() -> None:
+    """Both tracks at the same per-pod load (1 canary pod, 3 stable): the Poisson rate ratio's bounds at the
+    confidence sequence's z put the ratio away from 1 in at most the error's share of 1,000 steps looked at
+    every 10 s for 20 minutes at 2 requests/s per pod."""
+    rng = random.Random(5)
+    error, steps = 0.05, 1000
+    wrong = 0
+    for _ in range(steps):
+        canary = stable = 0
+        crossed = False
+        for _ in range(120):
+            canary += _poisson(rng, 20.0)
+            stable += _poisson(rng, 60.0)
+            if canary and stable:
+                estimate = canary / (stable / 3)
+                lower, upper = rate_ratio_bounds(estimate, canary, stable, sequence_z(canary, error))
+                crossed = crossed or lower > 1 or upper < 1
+        wrong += crossed
+    assert wrong / steps <= 2 * error  # both sides together
+
+
+def _poisson(rng: random.Random, mean: float) -> int:
+    """A Poisson count by its exponential gaps (the standard library has no sampler)."""
+    count, elapsed = 0, rng.expovariate(1.0)
+    while elapsed < mean:
+        count += 1
+        elapsed += rng.expovariate(1.0)
+    return count

@@ -30,23 +30,27 @@ HOSTILE = CustomGuardrail.model_validate(
 
 
 def test_a_rate_reads_both_counters_as_increases_on_the_track_and_the_matched_labels() -> None:
-    queries = promql.custom_queries(RATE, SELECTOR, "300s")
+    r = promql.Range("300s", "5s")
+    queries = promql.custom_queries(RATE, SELECTOR, r)
+    selector = f'{{{TRACK},tool="search"}}'
     assert queries == {
-        "events": f'sum(increase(tool_calls_parsed_total{{{TRACK},tool="search"}}[300s]))',
-        "total": f'sum(increase(tool_calls_total{{{TRACK},tool="search"}}[300s]))',
+        "events": f"sum({promql.counted('tool_calls_parsed_total' + selector, r)})",
+        "total": f"sum({promql.counted('tool_calls_total' + selector, r)})",
     }
+    assert queries["total"].endswith("[300s:5s]))")
 
 
 def test_a_latency_reads_the_histograms_buckets_by_le() -> None:
-    (query,) = promql.custom_queries(HOSTILE, SELECTOR, "60s").values()
-    assert query.startswith(f"sum by (le) (increase(app:tool_call_duration_seconds_bucket{{{TRACK},")
-    assert query.endswith("}[60s]))")
+    (query,) = promql.custom_queries(HOSTILE, SELECTOR, promql.Range("60s", "5s")).values()
+    assert query.startswith(f"sum by (le) (sum_over_time(((app:tool_call_duration_seconds_bucket{{{TRACK},")
+    assert query.endswith("[60s:5s]))")
 
 
 def test_label_values_cannot_escape_the_selector() -> None:
-    (query,) = promql.custom_queries(HOSTILE, SELECTOR, "60s").values()
+    (query,) = promql.custom_queries(HOSTILE, SELECTOR, promql.Range("60s", "5s")).values()
     assert 'tool="\\"} or vector(1) or x{a=\\""' in query and 'z="a\\\\b\\nc"' in query
-    assert "\n" not in query and query.count("{") == query.count("}") == 1 + 1  # the selector's, and the literal's
+    # the selector's (five times in a per-series count), and the literal's
+    assert "\n" not in query and query.count("{") == query.count("}") == 5 * (1 + 1)
     assert SELECTOR.matchers_with({}) == SELECTOR.matchers()
 
 
@@ -54,7 +58,9 @@ def test_promtool_parses_every_custom_query(tmp_path: Path) -> None:
     promtool = shutil.which("promtool") or "/usr/bin/promtool"
     if not Path(promtool).exists():
         pytest.fail("promtool missing: run .ci/install-system-deps (Debian's prometheus package ships it)")
-    queries = [q for g in (RATE, HOSTILE) for q in promql.custom_queries(g, SELECTOR, "300s").values()]
+    r = promql.Range("300s", "5s")
+    queries = [q for g in (RATE, HOSTILE) for q in promql.custom_queries(g, SELECTOR, r).values()]
+    queries += [promql.watch_evidence(SELECTOR, "10s", (RATE, HOSTILE))]
     rules = [{"record": f"custom:query{i}", "expr": q} for i, q in enumerate(queries)]
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "custom", "rules": rules}]}))

@@ -1,11 +1,20 @@
 """PromQL building: selectors escape label values and pick exactly one track at one revision."""
 
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
 from specfleet.metrics import promql
 from specfleet.metrics.alerts import RULES
 from specfleet_workshop.sim.engine import Metrics
 from specfleet_workshop.sim.exposition import families
 
 SELECTOR = promql.TrackSelector("ns", "llama", "canary", "abc123")
+R = promql.Range("50s", "5s")
 
 
 def test_selector_names_namespace_fleet_track_and_revision() -> None:
@@ -21,13 +30,14 @@ def test_label_values_are_escaped() -> None:
     assert "\n" not in hostile.matchers()
 
 
-def test_counters_and_buckets_are_read_as_increases_over_the_range() -> None:
-    assert promql.increase("vllm:spec_decode_num_drafts_total", SELECTOR, "60s").startswith(
-        "sum(increase(vllm:spec_decode_num_drafts_total{"
+def test_counters_and_buckets_are_read_as_increases_over_the_range_per_series() -> None:
+    r = promql.Range("60s", "5s")
+    assert promql.increase("vllm:spec_decode_num_drafts_total", SELECTOR, r).startswith(
+        "sum(sum_over_time(((vllm:spec_decode_num_drafts_total{"
     )
-    buckets = promql.histogram_buckets("vllm:request_time_per_output_token_seconds", SELECTOR, "60s")
-    assert buckets.startswith("sum by (le) (increase(vllm:request_time_per_output_token_seconds_bucket{")
-    assert buckets.endswith("[60s]))")
+    buckets = promql.histogram_buckets("vllm:request_time_per_output_token_seconds", SELECTOR, r)
+    assert buckets.startswith("sum by (le) (sum_over_time(((vllm:request_time_per_output_token_seconds_bucket{")
+    assert buckets.endswith("[60s:5s]))")
 
 
 def test_latency_judged_is_per_token_and_the_step_histogram_is_named_as_such() -> None:
@@ -43,16 +53,16 @@ def test_ranges_are_whole_seconds_and_never_empty() -> None:
 def test_every_division_is_by_a_count_kept_only_when_positive() -> None:
     """No observation is no answer (an empty vector), never 0/0 (NaN) or x/0 (an infinity the provider
     refuses as a malformed answer, which would make an Error verdict of a quiet track)."""
-    queries = [*promql.gauges(SELECTOR, "60s").values(), promql.scrape_interval(SELECTOR, "120s", "1s")]
+    queries = [*promql.gauges(SELECTOR, R).values(), promql.scrape_interval(SELECTOR, "120s", "1s")]
     divisions = [q for q in queries if " / " in q]
     assert len(divisions) == 3  # two histogram means and the scrape interval
     assert all(q.split(" / ", 1)[1].startswith("(") and q.rstrip(")").endswith("> 0") for q in divisions), divisions
-    everything = [*promql.gauges(SELECTOR, "60s").values(), promql.newest_sample(SELECTOR, "300s", "1s")]
+    everything = [*promql.gauges(SELECTOR, R).values(), promql.newest_sample(SELECTOR, "300s", "1s")]
     assert all(q.count(" / ") <= 1 for q in everything)
 
 
 def test_finished_requests_are_split_by_reason_and_load_by_pod() -> None:
-    assert promql.finished_by_reason(SELECTOR, "5m").startswith("sum by (finished_reason) (increase(")
+    assert promql.finished_by_reason(SELECTOR, R).startswith("sum by (finished_reason) (sum_over_time(")
     assert promql.request_rate_by_pod(SELECTOR, "5m").startswith("sum by (pod) (rate(vllm:request_success_total{")
 
 
@@ -81,7 +91,7 @@ def test_alert_rules_are_well_formed() -> None:
 def test_queue_kv_and_preemptions_are_read_from_vllms_own_series() -> None:
     assert promql.HISTOGRAMS["queue_time"] == "vllm:request_queue_time_seconds"
     assert promql.COUNTERS["preemptions"] == "vllm:num_preemptions_total"
-    gauges = promql.gauges(SELECTOR, "5m")
+    gauges = promql.gauges(SELECTOR, promql.Range("5m", "5s"))
     assert gauges["waiting_growth"] == f"sum(delta(vllm:num_requests_waiting{SELECTOR.matchers()}[5m]))"
     assert gauges["kv_cache_usage_mean"] == f"avg(avg_over_time(vllm:kv_cache_usage_perc{SELECTOR.matchers()}[5m]))"
     assert gauges["kv_cache_usage_max"] == f"max(max_over_time(vllm:kv_cache_usage_perc{SELECTOR.matchers()}[5m]))"
@@ -99,3 +109,69 @@ def test_every_series_the_judge_reads_is_one_the_simulator_exposes() -> None:
         "vllm:kv_cache_usage_perc",
     }
     assert read - exposed == set()
+
+
+def _promtool() -> str:
+    promtool = shutil.which("promtool") or "/usr/bin/promtool"
+    if not Path(promtool).exists():
+        pytest.fail("promtool missing: run .ci/install-system-deps (Debian's prometheus package ships it)")
+    return promtool
+
+
+def _evaluated(tmp_path: Path, series: dict[str, str], expr: str, at: str, expected: list[dict[str, Any]]) -> str:
+    """promtool's unit test of `expr` at `at` over `series` scraped every 5 s: '' when it answers `expected`."""
+    (tmp_path / "rules.yaml").write_text("groups: []\n")
+    test = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "5s",
+        "tests": [
+            {
+                "interval": "5s",
+                "input_series": [{"series": s, "values": v} for s, v in series.items()],
+                "promql_expr_test": [{"expr": expr, "eval_time": at, "exp_samples": expected}],
+            }
+        ],
+    }
+    (tmp_path / "test.yaml").write_text(yaml.safe_dump(test))
+    result = subprocess.run(
+        [_promtool(), "test", "rules", "test.yaml"], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    return "" if result.returncode == 0 else result.stdout + result.stderr
+
+
+def test_each_series_is_counted_between_its_own_samples(tmp_path: Path) -> None:
+    """A pod scraped all along counts what it served in the range; one that started inside it counts from its
+    first sample (not from zero, not stretched to the range's start); one gone counts up to its last sample;
+    one whose counter dropped (vLLM restarted) counts what both processes served. Evaluated by Prometheus'
+    own engine (promtool), every 5 s, at 100 s over 60 s read 5 s apart."""
+    series = {
+        'c{pod="old"}': "0+1x30",  # +1 a scrape from 0 s
+        'c{pod="new"}': "_x12 100+2x16",  # first scraped at 60 s, already at 100, then +2 a scrape
+        'c{pod="gone"}': "0+4x10 stale",  # +4 a scrape until 50 s, then gone
+        'c{pod="restarted"}': "50+1x8 0+3x20",  # +1 a scrape until 40 s, restarted from 0 at 45 s, +3 a scrape
+    }
+    expr = f"sum by (pod) ({promql.counted('c', promql.Range('60s', '5s'))})"
+    expected = [
+        {"labels": '{pod="old"}', "value": 13},  # the 13 scrapes from 40 s to 100 s, each against the one before
+        {"labels": '{pod="new"}', "value": 16},  # 8 scrapes after its first
+        {"labels": '{pod="gone"}', "value": 12},
+        {"labels": '{pod="restarted"}', "value": 34},  # 1 before the restart, 0 at it, 11 x 3 after
+    ]
+    assert _evaluated(tmp_path, series, expr, "100s", expected) == ""
+
+
+def test_the_watch_reads_every_field_of_a_track_in_one_query_labelled_by_field(tmp_path: Path) -> None:
+    matchers = SELECTOR.matchers()[1:-1]
+    series = {
+        f'vllm:spec_decode_num_drafts_total{{{matchers},pod="a"}}': "0+10x20",
+        f'vllm:request_success_total{{{matchers},pod="a",finished_reason="stop"}}': "0+1x20",
+        f'vllm:request_success_total{{{matchers},pod="b",finished_reason="stop"}}': "_x10 0+1x10",  # new at 50 s
+    }
+    expr = f"{promql.watch_evidence(SELECTOR, '10s')}"
+    field = promql.WATCH_FIELD
+    expected = [
+        {"labels": f'{{{field}="drafts"}}', "value": 20},
+        {"labels": f'{{{field}="finished",finished_reason="stop"}}', "value": 2},  # pod b has no sample 10 s ago
+        {"labels": f'{{{field}="finished_by_pod",pod="a"}}', "value": 2},
+    ]
+    assert _evaluated(tmp_path, series, expr, "55s", expected) == ""

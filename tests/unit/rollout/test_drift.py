@@ -84,7 +84,7 @@ def test_at_twice_the_load_latency_is_not_compared_and_the_shift_is_reported() -
 
 
 def test_the_same_load_read_over_one_scrape_interval_is_never_a_load_shift() -> None:
-    """The first look after a roll reads a range cut to a scrape or two (the youngest pod's series start). A
+    """The first look after a roll holds a scrape or two of the new pods' samples (each counted from its first). A
     rate of a few dozen requests strays 0.75x or 1.3x from promotion's by chance alone: no traffic shift (CI
     named one, 0.75x, on the first look after a promotion)."""
     reference = reference_of(windows({}, seed=2, count=1)[0])

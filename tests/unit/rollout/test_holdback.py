@@ -6,12 +6,13 @@ from datetime import timedelta
 from typing import Any
 
 from specfleet.api.spec import Guardrails, SpeculativeDeploymentSpec, SpeculativeMethod
-from specfleet.api.status import ConditionStatus, Phase
+from specfleet.api.status import ConditionStatus, Phase, Speedup
 from specfleet.api.vocabulary import ALWAYS_SERVED, LABEL_TRACK, LABEL_TRAFFIC, Track
 from specfleet.judge import TrackEvidence, measurements, speedup
 from specfleet.render.manifests import deployment, route_rules, service
 from specfleet.render.manifests import revision as revision_of
 from specfleet.rollout import FleetLook
+from specfleet.rollout.drift import _against_holdback as against_holdback
 from specfleet_workshop.sim.oracle import Setup, token_latency
 
 import judge_roc
@@ -302,3 +303,33 @@ def test_kubectl_specfleet_status_shows_the_holdback_and_its_speedup() -> None:
     assert measured is not None and measured.estimate is not None and measured.lower is not None
     assert "(1 ready)  no speculation" in text
     assert f"{measured.estimate:.3f}x ({measured.lower:.3f}-" in text
+
+
+def test_paying_against_the_holdback_needs_the_bounds_not_the_estimates() -> None:
+    """A speed-up of 1.05x whose bounds reach under 1 shows nothing; shown above 1 it is paying only at a load
+    whose bounds are shown comparable; surely slower is drift unless stable's pods surely carried more."""
+
+    def verdict(lower: float, upper: float, load: tuple[float, float]) -> bool | None:
+        measured = Speedup(
+            time=T0, estimate=(lower + upper) / 2, lower=lower, upper=upper, load_lower=load[0], load_upper=load[1]
+        )
+        return against_holdback(None, (), measured)[0]
+
+    even, unsure, heavier = (0.9, 1.1), (0.7, 1.3), (1.3, 1.6)
+    assert verdict(0.98, 1.12, even) is None
+    assert verdict(1.01, 1.12, even) is False
+    assert verdict(1.01, 1.12, unsure) is None
+    assert verdict(0.80, 0.95, even) is True
+    assert verdict(0.80, 0.95, unsure) is True
+    assert verdict(0.80, 0.95, heavier) is None
+
+
+def test_the_speedup_says_when_its_load_is_not_shown_comparable() -> None:
+    """The holdback's pods measured at 0.8x stable's per-pod load on a few hundred requests: the load ratio's
+    bounds reach past the comparable band, and the speed-up says so with them."""
+    ((stable, holdback),) = window_pairs({"acceptance": 0.8, "load": 4.0}, 4, seed=13, count=1)
+    lighter = replace(holdback, request_rate_per_pod=tuple(r * 0.8 for r in holdback.request_rate_per_pod))
+    measured = speedup(stable, lighter, GUARDS, 0.99, T0)
+    assert measured.load_lower is not None and measured.load_upper is not None
+    assert measured.load_lower < measured.load_ratio < measured.load_upper  # type: ignore[operator]
+    assert "not shown comparable" in measured.message

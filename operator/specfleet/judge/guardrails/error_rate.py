@@ -1,10 +1,10 @@
-"""`maxErrorRate`: an absolute ceiling on the canary's share of requests that end in error (Wilson bounds)."""
+"""`maxErrorRate`: an absolute ceiling on the canary's share of requests that end in error (bounds for Bernoulli
+counts: `Look.share_bounds`)."""
 
 from specfleet.judge import wording
 from specfleet.judge.guardrail import Guardrail, Look, Reads
 from specfleet.judge.verdicts import Check, bounded
 from specfleet.metrics import names
-from specfleet.stats import wilson_bounds
 
 
 class ErrorRate(Guardrail):
@@ -23,7 +23,7 @@ class ErrorRate(Guardrail):
         rate = c.errors / c.requests
 
         def bounds(factor: float) -> tuple[float, float]:
-            return wilson_bounds(c.errors * factor, c.requests * factor, look.z(c.requests * factor))
+            return look.share_bounds(c.errors * factor, c.requests * factor, limit)
 
         lower, upper = bounds(1.0)
         text = f"error rate {rate:.2%} ({look.confidence} bounds {lower:.2%} to {upper:.2%})"

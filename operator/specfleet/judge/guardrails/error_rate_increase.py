@@ -1,12 +1,11 @@
-"""`maxErrorRateIncrease`: the canary's error rate minus stable's, with Newcombe's hybrid score bounds (from
-two Wilson bounds). Client aborts are not errors."""
+"""`maxErrorRateIncrease`: the canary's error rate minus stable's, with Newcombe's hybrid bounds from each
+track's bounds for Bernoulli counts (`Look.share_bounds`). Client aborts are not errors."""
 
 from specfleet.api.status import Verdict
 from specfleet.judge import wording
 from specfleet.judge.guardrail import Guardrail, Look, Reads
 from specfleet.judge.verdicts import Check, bounded, difference_bounds
 from specfleet.metrics import names
-from specfleet.stats import wilson_bounds
 
 
 class ErrorRateIncrease(Guardrail):
@@ -17,7 +16,7 @@ class ErrorRateIncrease(Guardrail):
     reads = Reads.POINTS
     judged_on = "canary error rate - stable's"
     tune_when = (
-        "showing a canary within 1 point takes ~1,700 of its requests: at low traffic give the step time (or "
+        "showing a canary within 1 point takes ~810 of its requests: at low traffic give the step time (or "
         "`onNoData.after`), or accept a looser limit knowingly"
     )
 
@@ -28,9 +27,8 @@ class ErrorRateIncrease(Guardrail):
         c_rate, s_rate = c.errors / c.requests, s.errors / s.requests
 
         def bounds(factor: float) -> tuple[float, float]:
-            z = look.z(min(c.requests, s.requests) * factor)
-            c_bounds = wilson_bounds(c.errors * factor, c.requests * factor, z)
-            s_bounds = wilson_bounds(s.errors * factor, s.requests * factor, z)
+            c_bounds = look.share_bounds(c.errors * factor, c.requests * factor, limit)
+            s_bounds = look.share_bounds(s.errors * factor, s.requests * factor, limit)
             return difference_bounds(c_rate, c_bounds, s_rate, s_bounds)
 
         lowest, highest = bounds(1.0)
