@@ -366,6 +366,61 @@ BAD_SPECS: list[BadSpec] = [
         "should match",
     ),
     BadSpec(
+        "inference-pool-without-http-route",
+        spec(rollout={"trafficRouting": {"inferencePool": {"endpointPickerRef": {"name": "llm-epp", "port": 9002}}}}),
+        "spec.rollout.trafficRouting.inferencePool",
+        "inferencePool needs trafficRouting.httpRoute",
+        "inferencePool needs trafficRouting.httpRoute",
+    ),
+    BadSpec(
+        "endpoint-picker-port-zero",
+        spec(rollout={"trafficRouting": {**ROUTED, "inferencePool": {"endpointPickerRef": {"name": "e", "port": 0}}}}),
+        "spec.rollout.trafficRouting.inferencePool.endpointPickerRef.port",
+        "greater than or equal to 1",
+        "greater than or equal to 1",
+    ),
+    BadSpec(
+        "endpoint-picker-port-above-65535",
+        spec(
+            rollout={"trafficRouting": {**ROUTED, "inferencePool": {"endpointPickerRef": {"name": "e", "port": 65536}}}}
+        ),
+        "spec.rollout.trafficRouting.inferencePool.endpointPickerRef.port",
+        "less than or equal to 65535",
+        "less than or equal to 65535",
+    ),
+    BadSpec(
+        "endpoint-picker-name-not-a-dns-name",
+        spec(
+            rollout={
+                "trafficRouting": {**ROUTED, "inferencePool": {"endpointPickerRef": {"name": "../epp", "port": 9002}}}
+            }
+        ),
+        "spec.rollout.trafficRouting.inferencePool.endpointPickerRef.name",
+        "should match pattern",
+        "should match",
+    ),
+    BadSpec(
+        "endpoint-picker-unknown-failure-mode",
+        spec(
+            rollout={
+                "trafficRouting": {
+                    **ROUTED,
+                    "inferencePool": {"endpointPickerRef": {"name": "e", "port": 9002, "failureMode": "Retry"}},
+                }
+            }
+        ),
+        "spec.rollout.trafficRouting.inferencePool.endpointPickerRef.failureMode",
+        "FailOpen",
+        "FailOpen",
+    ),
+    BadSpec(
+        "inference-pool-without-endpoint-picker",
+        spec(rollout={"trafficRouting": {**ROUTED, "inferencePool": {}}}),
+        "spec.rollout.trafficRouting.inferencePool.endpointPickerRef",
+        "required field is missing",
+        "Required value",
+    ),
+    BadSpec(
         "canary-header-value-too-long",
         spec(
             rollout={

@@ -202,9 +202,12 @@ def _entries(value: object) -> list[Mapping[str, Any]]:
     return [entry for entry in value if isinstance(entry, Mapping)] if isinstance(value, list) else []
 
 
-def references_service(route: Mapping[str, Any], namespace: str, service: str) -> bool:
-    """Whether an HTTPRoute sends to (or mirrors to) the Service `namespace`/`service` in any rule. A backendRef
-    without a namespace is in the route's own; without group and kind it is a core Service."""
+def references_service(
+    route: Mapping[str, Any], namespace: str, service: str, kind: tuple[str, str] = ("", "Service")
+) -> bool:
+    """Whether an HTTPRoute sends to (or mirrors to) the Service `namespace`/`service` in any rule (`kind`: another
+    backend kind, as (group, kind), such as an InferencePool). A backendRef without a namespace is in the route's
+    own; without group and kind it is a core Service."""
     meta = route.get("metadata") if isinstance(route.get("metadata"), Mapping) else {}
     route_namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
     spec = route.get("spec") if isinstance(route.get("spec"), Mapping) else {}
@@ -217,7 +220,7 @@ def references_service(route: Mapping[str, Any], namespace: str, service: str) -
                 if isinstance(mirror, Mapping) and isinstance(mirror.get("backendRef"), Mapping):
                     refs.append(mirror["backendRef"])
         for ref in refs:
-            core_service = ref.get("group") in (None, "") and ref.get("kind") in (None, "Service")
-            if core_service and ref.get("name") == service and ref.get("namespace", route_namespace) == namespace:
+            of_kind = (ref.get("group") or "", ref.get("kind") or "Service") == kind
+            if of_kind and ref.get("name") == service and ref.get("namespace", route_namespace) == namespace:
                 return True
     return False

@@ -9,12 +9,14 @@ operator are real. What a test states is what a user has: the drafter's alpha, t
 import json
 import math
 import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from specfleet_workshop.devcluster.cluster import ClusterInfo
-from specfleet_workshop.devcluster.gateway import install_httproute_crd
+from specfleet_workshop.devcluster.gateway import install_httproute_crd, install_inference_pool_crd
 
 from fleetkit import (
     EAGLE3_K5,
@@ -47,6 +49,24 @@ BAD_DRAFTER = {**EAGLE3_K5, "model": "bad/EAGLE3-drafter"}
 @pytest.fixture(scope="session")
 def httproute_crd(dev_cluster: ClusterInfo) -> None:
     install_httproute_crd(dev_cluster)
+
+
+@pytest.fixture(scope="session")
+def inference_pool_crd(dev_cluster: ClusterInfo) -> None:
+    install_inference_pool_crd(dev_cluster)
+
+
+@pytest.fixture
+def pooling_operator(
+    dev_cluster: ClusterInfo, crd_installed: None, namespace: str, tmp_path: Path
+) -> Iterator[Operator]:
+    """The operator judging canaries from the dev cluster's Prometheus, owning InferencePools (`--inference-pools`)."""
+    running = Operator(
+        dev_cluster, namespace, tmp_path / "operator.log", dev_cluster.prometheus_url, extra=("--inference-pools",)
+    )
+    running.start()
+    yield running
+    running.stop()
 
 
 def through_gateway(simulator: Simulator, fleet: Fleet, load: float, **streams: dict[str, str]) -> None:
@@ -195,3 +215,49 @@ def route_rules_of(fleet: Fleet) -> list[dict[str, Any]]:
         "gateway.networking.k8s.io", "v1", fleet.namespace, "httproutes", "llm"
     )
     return route["spec"]["rules"]
+
+
+POOL_REF = {"group": "inference.networking.k8s.io", "kind": "InferencePool"}
+POOL_ROUTE = {**ROUTE, "spec": {"rules": [{"backendRefs": [{**POOL_REF, "name": "llama-stable"}]}]}}
+"""A user's HTTPRoute sending everything to the fleet's stable InferencePool."""
+POOLED = {**ROUTED, "inferencePool": {"endpointPickerRef": {"name": "llm-epp", "port": 9002}}}
+
+
+@pytest.mark.timeout(OUTCOME_SECONDS + 300)
+def test_with_inference_pools_a_bad_drafter_in_a_shadow_step_is_rolled_back_before_any_user_request_reaches_it(
+    httproute_crd: None, inference_pool_crd: None, pooling_operator: Operator, simulator: Simulator, fleet: Fleet
+) -> None:
+    """The route sends to InferencePools, one per track, that the fleet owns: alpha 0.3 against a plain stable,
+    judged on a copy of half of stable's requests sent to the canary's pool, is rolled back; the gateway counted no
+    user-facing request served by (or sent to) the canary's pool, and stable's pool selects stable's pods alone."""
+    through_gateway(simulator, fleet, load=30.0)
+    fleet.apply(POOL_ROUTE)
+    rollout = {**ROLLOUT, "trafficRouting": POOLED, "steps": [{"mirror": 50, "pause": {"duration": "1s"}},
+                                                              {"weight": 50, "pause": {"duration": "1s"}}]}  # fmt: skip
+    old = healthy(fleet, rollout=rollout, speculative=PLAIN)["stableRevision"]
+    stable_pool = fleet.custom.get_namespaced_custom_object(
+        "inference.networking.k8s.io", "v1", fleet.namespace, "inferencepools", "llama-stable"
+    )
+    assert stable_pool["spec"]["selector"]["matchLabels"]["specfleet.io/track"] == "stable"
+    fleet.patch_spec("llama", {"speculative": BAD_DRAFTER})
+    wait_for(
+        "the route to mirror to the canary's pool",
+        lambda: gateway(simulator)[0]["routing"]["mirrors"].get(f"{fleet.namespace}/llama-canary") == 0.5,
+        timeout=300,
+    )
+    status = outcome_of(fleet)
+    outcome = status["history"][-1]
+    assert outcome["outcome"] == "RolledBack" and "acceptance alpha" in outcome["reason"], outcome
+    assert status["stableRevision"] == old
+    [stream] = gateway(simulator)
+    canary = backend(stream, fleet, "llama-canary")
+    assert canary["served"] == 0 and canary["unserved"] == 0, stream
+    assert canary["mirrored"] > 0, stream  # it was judged on copies of real requests
+    wait_for("the canary's pool to go", lambda: "llama-canary" not in pools_of(fleet))
+
+
+def pools_of(fleet: Fleet) -> set[str]:
+    listed = fleet.custom.list_namespaced_custom_object(
+        "inference.networking.k8s.io", "v1", fleet.namespace, "inferencepools"
+    )
+    return {item["metadata"]["name"] for item in listed["items"]}

@@ -81,7 +81,7 @@ The namespaced permissions the operator uses, derived from operator/specfleet/co
 handlers.py: watch SpeculativeDeployments (kopf), patch them (consumed promote/abort/retry annotations)
 and their status; own Deployments and Services (watch, get on a name conflict, create, server-side
 apply = patch, delete); watch Pods (readiness); create core/v1 Events and patch them (a repeat counts on the first). Secrets, ConfigMaps (prompts of
-output equivalence) and HTTPRoutes only when a value turns them on.
+output equivalence), HTTPRoutes and InferencePools only when a value turns them on.
 */}}
 {{- define "specfleet.namespacedRules" -}}
 - apiGroups: [specfleet.io]
@@ -137,5 +137,11 @@ output equivalence) and HTTPRoutes only when a value turns them on.
 - apiGroups: [gateway.networking.k8s.io]
   resources: [referencegrants]
   verbs: [list]
+{{- end }}
+{{- if .Values.inferencePools.enabled }}
+# The fleet's own InferencePools (trafficRouting.inferencePool), owned like its Services.
+- apiGroups: [inference.networking.k8s.io]
+  resources: [inferencepools]
+  verbs: [get, list, watch, create, patch, delete]
 {{- end }}
 {{- end -}}

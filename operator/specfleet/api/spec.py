@@ -822,10 +822,49 @@ class HTTPRouteRef(ApiModel):
     named `<fleet>-canary-header-<n>`, and removed when the canary ends."""
 
 
+class EndpointPickerFailureMode(StrEnum):
+    FAIL_OPEN = "FailOpen"
+    FAIL_CLOSE = "FailClose"
+
+
+class EndpointPickerRef(ApiModel):
+    """The endpoint pickers (Services in the fleet's namespace, and their port) the fleet's InferencePools name in
+    their `spec.endpointPickerRef` (Gateway API Inference Extension v1). A picker serves one pool, so each track's
+    pool names its own: `<name>-stable`, `<name>-canary`, `<name>-holdback`."""
+
+    name: ObjectName
+    """The pickers' Services' common prefix: the pool of track `t` names the Service `<name>-<t>`."""
+    port: Annotated[int, Field(ge=1, le=65535)]
+    """Its port (the extension's ext-proc port, e.g. 9002)."""
+    failure_mode: EndpointPickerFailureMode = EndpointPickerFailureMode.FAIL_CLOSE
+    """What the gateway does when the picker does not answer: `FailClose` refuses the request, `FailOpen` sends it
+    to a pod of the pool the gateway picks itself."""
+
+
+class InferencePoolRouting(ApiModel):
+    """The route's backends are InferencePools (group `inference.networking.k8s.io`, v1), one per track, made and
+    owned by the fleet and named like the track Services (`<name>-stable`, `-canary`, `-holdback`): each selects
+    its track's pods by the track label on the serving port, so a canary's pods never join stable's pool."""
+
+    endpoint_picker_ref: EndpointPickerRef
+
+
 class TrafficRouting(ApiModel):
     """How traffic is split. Without it, by ready replicas behind one Service."""
 
     http_route: HTTPRouteRef | None = None
+    inference_pool: InferencePoolRouting | None = None
+    """With `httpRoute`: its rules send to the InferencePool `<name>-stable` instead of the Service, and the
+    operator weights (and in shadow steps mirrors to) the fleet's InferencePools there."""
+
+    rules = (
+        Rule(
+            cel="!has(self.inferencePool) || has(self.httpRoute)",
+            message="trafficRouting.inferencePool needs trafficRouting.httpRoute: the pools are the route's backends",
+            field_path=".inferencePool",
+            holds=lambda t: t.inference_pool is None or t.http_route is not None,
+        ),
+    )
 
 
 class RolloutSpec(ApiModel):

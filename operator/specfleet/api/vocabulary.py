@@ -29,6 +29,9 @@ LABEL_PREFLIGHT = "specfleet.io/preflight"
 """On a preflight Job and its pods: the fleet it checks for (not `specfleet.io/name`, which the fleet's Service
 selects on)."""
 FIELD_MANAGER = "specfleet"
+INFERENCE_GROUP = "inference.networking.k8s.io"
+INFERENCEPOOL_API_VERSION = f"{INFERENCE_GROUP}/v1"
+"""Gateway API Inference Extension's InferencePool (v1): a fleet's track pools with `trafficRouting.inferencePool`."""
 ANNOTATION_HTTP_ROUTE = "specfleet.io/http-route"
 """On a track's Service (`<name>-stable`, `-canary`, `-holdback`): the HTTPRoute (namespace/name) it was made for,
 so that once `trafficRouting` is removed the operator can still ask that route whether it sends to the Service

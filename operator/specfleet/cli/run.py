@@ -123,6 +123,14 @@ def run(
             "field, and no pod is rendered from it. privileged: no check.",
         ),
     ] = DEFAULT_POLICY,
+    inference_pools: Annotated[
+        bool,
+        typer.Option(
+            help="Own the InferencePools of fleets with spec.rollout.trafficRouting.inferencePool (watch, create, "
+            "patch, delete inferencepools; the chart's inferencePools.enabled). Off: none is watched or written, "
+            "and such a fleet's canary gets no request from the route.",
+        ),
+    ] = False,
 ) -> None:
     """Run the operator: reconcile SpeculativeDeployments into vLLM fleets and canary every change."""
     import kopf
@@ -177,6 +185,7 @@ def run(
         leader_election=election,
         shard=Shard(shard, shards),
         template_policy=template_policy,
+        inference_pools=inference_pools,
         notification_targets=targets,
         namespace_notifications=namespace_notifications,
         allowed_notification_urls=tuple(allow_notification_url or ()),

@@ -43,7 +43,8 @@ SLICES = 6
 """Slices of a fleet look's window whose means bound the speed-up over a holdback (batch means)."""
 
 
-def _number(text: str) -> float | None:
+def finite_number(text: str) -> float | None:
+    """A Prometheus label or sample as a number; None for NaN or text that is not one."""
     try:
         value = float(text)
     except ValueError:
@@ -70,7 +71,7 @@ def _binned(
     provider: MetricsProvider, histogram: str, selector: promql.TrackSelector, r: promql.Range, at: float | None
 ) -> Binned | None:
     by_le = provider.by_label(promql.histogram_buckets(histogram, selector, r), "le", at)
-    buckets = {bound: count for le, count in by_le.items() if (bound := _number(le)) is not None}
+    buckets = {bound: count for le, count in by_le.items() if (bound := finite_number(le)) is not None}
     return Binned.from_buckets(buckets)
 
 
@@ -85,7 +86,7 @@ def _custom(
     queries = promql.custom_queries(guardrail, selector, r)
     if "histogram" in queries:
         by_le = provider.by_label(queries["histogram"], "le", at)
-        buckets = {bound: count for le, count in by_le.items() if (bound := _number(le)) is not None}
+        buckets = {bound: count for le, count in by_le.items() if (bound := finite_number(le)) is not None}
         return CustomReading(histogram=Binned.from_buckets(buckets))
     return CustomReading(events=provider.scalar(queries["events"], at), total=provider.scalar(queries["total"], at))
 

@@ -28,7 +28,15 @@ from typing import Any
 import kopf
 from kubernetes.dynamic.exceptions import ConflictError
 
-from specfleet.api.vocabulary import FIELD_MANAGER, GROUP, LABEL_NAME, LABEL_PREFLIGHT, PLURAL, VERSION
+from specfleet.api.vocabulary import (
+    FIELD_MANAGER,
+    GROUP,
+    INFERENCE_GROUP,
+    LABEL_NAME,
+    LABEL_PREFLIGHT,
+    PLURAL,
+    VERSION,
+)
 from specfleet.controller.kube import Kube, connection_info
 from specfleet.controller.metrics import LEADER, FleetCollector
 from specfleet.controller.notifier import DeliveryPolicy, Notifier
@@ -238,6 +246,9 @@ class OperatorOptions:
     when there is more than one."""
     template_policy: TemplatePolicy = DEFAULT_POLICY
     """`--template-policy`: what a fleet's `spec.template` may add to the pods the operator creates."""
+    inference_pools: bool = False
+    """`--inference-pools`: own the InferencePools of fleets routed through them (watched only then: without the
+    chart's permission, a watch of them would be refused wherever their CRD is installed)."""
     notification_targets: str | None = None
     """`--notifications-config`: the text of the operator's own `targets.yaml` (None: no such file)."""
     namespace_notifications: bool = False
@@ -267,11 +278,13 @@ class ChildWatch:
 CHILD_WATCHES = (
     ChildWatch("apps", "v1", "deployments", "Deployment", MANAGED),
     ChildWatch("", "v1", "services", "Service", MANAGED),
+    ChildWatch(INFERENCE_GROUP, "v1", "inferencepools", "InferencePool", MANAGED),
     ChildWatch("", "v1", "pods", "Pod", {LABEL_NAME: kopf.PRESENT}),
     ChildWatch("batch", "v1", "jobs", "Job", {LABEL_PREFLIGHT: kopf.PRESENT}),
     ChildWatch("", "v1", "pods", PREFLIGHT_POD, {LABEL_PREFLIGHT: kopf.PRESENT}, LABEL_PREFLIGHT),
 )
-"""The children the operator watches: its own Deployments and Services, the pods of its fleets, preflight Jobs
+"""The children the operator watches: its own Deployments, Services and InferencePools (with `--inference-pools`,
+once their CRD is served, which kopf notices), the pods of its fleets, preflight Jobs
 and their pods."""
 
 
@@ -435,7 +448,8 @@ class Controller:
     def gate(self, election: LeaderElection | None) -> ShardGate:
         base = self.options.leader_election
         if base is None or election is None:  # one process without a Lease: stamps nothing, keeps away from
-            return ShardGate(self.kube, self.store, self.queue, self.options.shard)  # fleets a live shard holds
+            pools = self.options.inference_pools  # fleets a live shard holds
+            return ShardGate(self.kube, self.store, self.queue, self.options.shard, inference_pools=pools)
         return ShardGate(
             self.kube,
             self.store,
@@ -447,6 +461,7 @@ class Controller:
             identity=election.identity,
             lease_duration=election.lease_duration,
             retry_period=election.retry_period,
+            inference_pools=self.options.inference_pools,
         )
 
     def notifier(self) -> Notifier | None:
@@ -482,6 +497,7 @@ class Controller:
             allowed_prometheus_urls=options.allowed_prometheus_urls,
             pod_url_template=options.pod_url_template,
             template_policy=options.template_policy,
+            inference_pools=options.inference_pools,
             threads=ThreadPoolExecutor(options.workers, thread_name_prefix="specfleet-reconcile"),
             writes=ThreadPoolExecutor(write_threads(options.workers), thread_name_prefix="specfleet-write"),
             owns=gate.owns,
@@ -518,6 +534,8 @@ class Controller:
         fleets = FleetWatcher(gate, self.queue, backing_off=lambda key: workers.reconciler.backoff.failures(key) > 0)
         kopf.on.event(GROUP, VERSION, PLURAL, registry=registry, id="speculative_deployment")(fleets.on_event)
         for watch in CHILD_WATCHES:
+            if watch.kind == "InferencePool" and not self.options.inference_pools:
+                continue
             on_child = ChildWatcher(watch, gate, self.store, self.queue).on_event
             kopf.on.event(
                 watch.group,

@@ -31,11 +31,14 @@ from kubernetes.dynamic.exceptions import (
 from urllib3.exceptions import HTTPError
 
 from specfleet.api.resource import SpeculativeDeployment
+from specfleet.api.spec import EndpointPickerRef
 from specfleet.api.status import Analysis, ConditionStatus, SpeculativeDeploymentStatus, StatusChanges, Verdict
 from specfleet.api.vocabulary import (
     ANNOTATION_HTTP_ROUTE,
     API_VERSION,
     GROUP,
+    INFERENCE_GROUP,
+    INFERENCEPOOL_API_VERSION,
     KIND,
     LABEL_TRACK,
     LABEL_TRAFFIC,
@@ -66,7 +69,16 @@ from specfleet.reach import (
     prometheus_refusal,
     references_service,
 )
-from specfleet.render.manifests import Manifest, child_name, deployment, fleet_selector, route_rules, service
+from specfleet.render.manifests import (
+    BackendKind,
+    Manifest,
+    child_name,
+    deployment,
+    fleet_selector,
+    inference_pool,
+    route_rules,
+    service,
+)
 from specfleet.render.policy import DEFAULT_POLICY, TemplatePolicy
 from specfleet.rollout import Decision, FleetLook, Observation, TrackTarget, decide
 from specfleet.rollout.types import NO_PROMETHEUS, GpuRequest, GpuRoom, Watch, set_condition
@@ -113,6 +125,9 @@ class Reconciler:
     template_policy: TemplatePolicy = DEFAULT_POLICY
     """`specfleet run --template-policy`: what a fleet's `spec.template` may add to the pods (`render.policy`);
     a template it refuses makes the spec invalid, and nothing is rendered from it."""
+    inference_pools: bool = False
+    """`specfleet run --inference-pools`: own the InferencePools of fleets with `trafficRouting.inferencePool`;
+    without it none is written (and the route gives such a fleet's canary no request)."""
     threads: Executor | None = None
     """Where blocking calls (the Kubernetes client, Prometheus) run: one thread per worker, so `--workers`
     objects are reconciled at once. None: asyncio's default pool, which has only cores + 4 threads."""
@@ -316,7 +331,7 @@ class Reconciler:
             del self._refused[key]
         decision = await self._decide(key, sdep, url, observation)
         decision, notes = self._notifications(sdep, decision, observation.now)
-        children = {kind: self.store.children(kind, key) for kind in ("Deployment", "Service", "Job")}
+        children = {kind: self.store.children(kind, key) for kind in ("Deployment", "Service", "InferencePool", "Job")}
         await self._blocking(self._apply, key, body, sdep, decision, children, self._offering(notes))
         after = decision.requeue_after.total_seconds() if decision.requeue_after is not None else None
         return min(after, self.resync_seconds) if after is not None else self.resync_seconds
@@ -618,47 +633,50 @@ class Reconciler:
         keep = {(m["kind"], m["metadata"]["name"]) for m in wanted}
         still_selected = self._canary_still_selected(sdep, children)
         if decision.keep_canary or still_selected:
-            keep |= {("Deployment", child_name(sdep, Track.CANARY)), ("Service", child_name(sdep, Track.CANARY))}
+            canary = child_name(sdep, Track.CANARY)
+            keep |= {("Deployment", canary), ("Service", canary), ("InferencePool", canary)}
         if still_selected and not decision.candidates:  # the slices ended: they go once the Service left them
             prefix = f"{child_name(sdep, Track.CANDIDATE)}-"
             keep |= {("Deployment", name) for name in children.get("Deployment", {}) if name.startswith(prefix)}
-        keep |= self._still_routed(key, body, sdep, keep, children.get("Service", {}))
+        for kind in ("Service", "InferencePool"):
+            keep |= self._still_routed(key, body, sdep, kind, keep, children.get(kind, {}))
         self._delete_unwanted(key, sdep, keep, children)
 
     def _still_routed(
-        self, key: Key, body: dict[str, Any], sdep: SpeculativeDeployment, keep: set[tuple[str, str]],
-        services: dict[str, Any],
+        self, key: Key, body: dict[str, Any], sdep: SpeculativeDeployment, kind: str, keep: set[tuple[str, str]],
+        backends: dict[str, Any],
     ) -> set[tuple[str, str]]:  # fmt: skip
-        """The track Services about to be deleted that the HTTPRoute they were made for (their annotation) still
-        sends to, or that cannot be asked: deleting one would break the route (`trafficRouting` removed while the
-        route still names `<name>-stable`), so it stays, with one Warning event, until the route leaves it."""
+        """The track Services (or InferencePools, `kind`) about to be deleted that the HTTPRoute they were made for
+        (their annotation) still sends to, or that cannot be asked: deleting one would break the route
+        (`trafficRouting` removed while the route still names `<name>-stable`), so it stays, with one Warning event,
+        until the route leaves it."""
         kept: set[tuple[str, str]] = set()
         said = self._still_routed_said.setdefault(key, set())
-        for name, observed in services.items():
+        group = INFERENCE_GROUP if kind == "InferencePool" else ""
+        for name, observed in backends.items():
             route = ((observed.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_HTTP_ROUTE)
-            if ("Service", name) in keep or not route or not controlled_by(observed, sdep.metadata.uid):
+            if (kind, name) in keep or not route or not controlled_by(observed, sdep.metadata.uid):
                 continue
             namespace, _, route_name = str(route).partition("/")
             if not namespace or not route_name:  # not an annotation this operator wrote: no route recorded
                 continue
             try:
                 found = self.kube.read(HTTPROUTE_API_VERSION, "HTTPRoute", namespace, route_name)
-                why = (
-                    f"HTTPRoute {route} still sends to it" if found and references_service(found, key[0], name) else ""
-                )
+                sends = found is not None and references_service(found, key[0], name, (group, kind))
+                why = f"HTTPRoute {route} still sends to it" if sends else ""
             except ResourceNotFoundError:  # no HTTPRoute kind served any more: no route can send to it
                 why = ""
             except (ApiException, HTTPError, OSError) as error:  # fail closed: a Service is not deleted blind
                 why = f"HTTPRoute {route} could not be read ({_said(error)})"
             if not why:
-                said.discard(name)
+                said.discard(f"{kind}/{name}")
                 continue
-            kept.add(("Service", name))
-            if name not in said:
-                said.add(name)
-                message = f"Service {name} kept: {why}; it is deleted once no route sends to it"
+            kept.add((kind, name))
+            if f"{kind}/{name}" not in said:
+                said.add(f"{kind}/{name}")
+                message = f"{kind} {name} kept: {why}; it is deleted once no route sends to it"
                 logger.warning("%s/%s: %s", *key, message)
-                self.kube.post_event(body, "Warning", "ServiceStillRouted", message)
+                self.kube.post_event(body, "Warning", f"{kind}StillRouted", message)
         return kept
 
     def _post_events(self, key: Key, body: dict[str, Any], decision: Decision) -> None:
@@ -729,10 +747,25 @@ class Reconciler:
         routing = sdep.spec.rollout.traffic_routing
         return bool(routing and routing.http_route) and self.kube.has_kind(HTTPROUTE_API_VERSION, "HTTPRoute")
 
+    def _pooled(self, sdep: SpeculativeDeployment) -> EndpointPickerRef | None:
+        """The endpoint picker of the fleet's InferencePools when the route's backends are InferencePools (named in
+        the spec beside the route, `--inference-pools`, and both CRDs installed); None: no pool is written."""
+        routing = sdep.spec.rollout.traffic_routing
+        pools = routing.inference_pool if routing is not None else None
+        if pools is None or not self.inference_pools or not self._routed(sdep):
+            return None
+        if not self.kube.has_kind(INFERENCEPOOL_API_VERSION, "InferencePool"):
+            return None
+        return pools.endpoint_picker_ref
+
+    def _backend_kind(self, sdep: SpeculativeDeployment) -> BackendKind:
+        routing = sdep.spec.rollout.traffic_routing
+        return "InferencePool" if routing is not None and routing.inference_pool is not None else "Service"
+
     def _desired_children(self, sdep: SpeculativeDeployment, decision: Decision) -> list[Manifest]:
         users_on_canary = decision.canary_traffic and not decision.canary_mirror  # a shadow step serves none
         children = [service(sdep, canary_traffic=users_on_canary, holdback_traffic=decision.holdback_traffic)]
-        routed = self._routed(sdep)
+        routed, pooled = self._routed(sdep), self._pooled(sdep)
         with_holdback = Track.HOLDBACK in decision.targets
         for track, target in decision.targets.items():
             serving = sdep.model_copy(update={"spec": sdep.spec.with_serving(target.serving)})
@@ -740,6 +773,8 @@ class Reconciler:
             children.append(deployment(serving, track, target.revision, target.replicas, always_served=always))
             if routed:
                 children.append(service(sdep, track, route=self._route_name(sdep)))
+            if pooled is not None:
+                children.append(inference_pool(sdep, track, pooled, route=self._route_name(sdep)))
         for index, target in decision.candidates:
             serving = sdep.model_copy(update={"spec": sdep.spec.with_serving(target.serving)})
             children.append(deployment(serving, Track.CANDIDATE, target.revision, target.replicas, candidate=index))
@@ -777,7 +812,14 @@ class Reconciler:
         rules = route.get("spec", {}).get("rules") or []
         header = ref.canary_header if pinned else None
         wanted = route_rules(
-            sdep, rules, weight, holdback_weight, route_namespace=namespace, canary_mirror=mirror, canary_header=header
+            sdep,
+            rules,
+            weight,
+            holdback_weight,
+            route_namespace=namespace,
+            canary_mirror=mirror,
+            canary_header=header,
+            backend_kind=self._backend_kind(sdep),
         )
         if wanted != rules:
             body = {"metadata": {"resourceVersion": route["metadata"]["resourceVersion"]}, "spec": {"rules": wanted}}
@@ -819,7 +861,8 @@ class Reconciler:
         wanted: set[tuple[str, str]],
         children: dict[str, dict[str, Any]],
     ) -> None:
-        for kind, api_version in (("Deployment", "apps/v1"), ("Service", "v1")):
+        kinds = (("Deployment", "apps/v1"), ("Service", "v1"), ("InferencePool", INFERENCEPOOL_API_VERSION))
+        for kind, api_version in kinds:
             for name, obj in children.get(kind, {}).items():
                 if (kind, name) not in wanted and controlled_by(obj, sdep.metadata.uid):
                     self.kube.delete(api_version, kind, key[0], name, obj["metadata"]["uid"])

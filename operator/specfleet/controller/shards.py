@@ -22,7 +22,14 @@ from typing import Any
 
 from kubernetes.dynamic.exceptions import ConflictError, NotFoundError
 
-from specfleet.api.vocabulary import API_VERSION, FIELD_MANAGER, KIND, LABEL_NAME, LABEL_PREFLIGHT
+from specfleet.api.vocabulary import (
+    API_VERSION,
+    FIELD_MANAGER,
+    INFERENCEPOOL_API_VERSION,
+    KIND,
+    LABEL_NAME,
+    LABEL_PREFLIGHT,
+)
 from specfleet.controller.kube import Kube
 from specfleet.controller.metrics import OWNED, STANDBY
 from specfleet.controller.queue import WorkQueue
@@ -54,11 +61,13 @@ MANAGED_SELECTOR = f"app.kubernetes.io/managed-by={FIELD_MANAGER}"
 CHILD_LISTS = (
     ("Deployment", "apps/v1", "Deployment", LABEL_NAME, MANAGED_SELECTOR),
     ("Service", "v1", "Service", LABEL_NAME, MANAGED_SELECTOR),
+    ("InferencePool", INFERENCEPOOL_API_VERSION, "InferencePool", LABEL_NAME, MANAGED_SELECTOR),
     ("Pod", "v1", "Pod", LABEL_NAME, ""),
     ("Job", "batch/v1", "Job", LABEL_PREFLIGHT, ""),
     (PREFLIGHT_POD, "v1", "Pod", LABEL_PREFLIGHT, ""),
 )
-"""(store kind, apiVersion, kind, the label naming the fleet, more selector): what the watches keep per fleet."""
+"""(store kind, apiVersion, kind, the label naming the fleet, more selector): what the watches keep per fleet
+(InferencePools only with `--inference-pools` and their CRD served)."""
 
 
 @dataclass
@@ -79,6 +88,8 @@ class ShardGate:
     lease_duration: float = 15.0
     retry_period: float = 2.0
     clock: Callable[[], float] = time.monotonic
+    inference_pools: bool = False
+    """`--inference-pools`: a fleet's InferencePools are among the children listed (when their CRD is served)."""
     owned: set[Key] = field(default_factory=set)
     """The fleets this process acted on in its current term (the `specfleet_owned_fleets` gauge)."""
     _term: int = 0
@@ -333,6 +344,8 @@ class ShardGate:
         namespace, name = key
         found = []
         for kind, api_version, api_kind, label, more in CHILD_LISTS:
+            if api_kind == "InferencePool" and not (self.inference_pools and self.kube.has_kind(api_version, api_kind)):
+                continue
             selector = ",".join(filter(None, (f"{label}={name}", more)))
             found += [(kind, label, obj) for obj in self.kube.list_labelled(api_version, api_kind, namespace, selector)]
         return found

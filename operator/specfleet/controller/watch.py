@@ -9,7 +9,6 @@ that its newest sample falls in, and each number is judged once (in memory: afte
 progress may be judged once more, on the same or a newer sample).
 """
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -19,7 +18,7 @@ from specfleet.api.durations import parse_duration
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.status import MAX_REASONS, Analysis, SpeculativeDeploymentStatus, Verdict
 from specfleet.api.vocabulary import Track
-from specfleet.controller.analysis import MAX_REASON, POSITION, drafters
+from specfleet.controller.analysis import MAX_REASON, POSITION, drafters, finite_number
 from specfleet.controller.metrics import WATCH_SECONDS, WATCHES
 from specfleet.judge import CustomReading, Recent, TrackEvidence, watch
 from specfleet.metrics import promql
@@ -61,16 +60,8 @@ def watch_ranges(scrape: float, window: float, evidence: float) -> tuple[float, 
     return tuple(ranges)
 
 
-def _number(text: str) -> float | None:
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    return None if math.isnan(value) else value
-
-
 def _binned(rows: Sequence[tuple[dict[str, str], float]]) -> Binned | None:
-    buckets = {bound: value for labels, value in rows if (bound := _number(labels.get("le", ""))) is not None}
+    buckets = {bound: value for labels, value in rows if (bound := finite_number(labels.get("le", ""))) is not None}
     return Binned.from_buckets(buckets)
 
 

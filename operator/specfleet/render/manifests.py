@@ -11,17 +11,25 @@ import hashlib
 import json
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from specfleet.api.durations import parse_duration
 from specfleet.api.problems import InvalidSpecError, Problem
 from specfleet.api.resource import SpeculativeDeployment
-from specfleet.api.spec import HeaderMatch, SpeculativeDeploymentSpec, SpeculativeMethod, SpeculativeSpec
+from specfleet.api.spec import (
+    EndpointPickerRef,
+    HeaderMatch,
+    SpeculativeDeploymentSpec,
+    SpeculativeMethod,
+    SpeculativeSpec,
+)
 from specfleet.api.vocabulary import (
     ALWAYS_SERVED,
     ANNOTATION_HTTP_ROUTE,
     API_VERSION,
     FIELD_MANAGER,
+    INFERENCE_GROUP,
+    INFERENCEPOOL_API_VERSION,
     KIND,
     LABEL_CANDIDATE,
     LABEL_NAME,
@@ -36,6 +44,9 @@ from specfleet.render.argv import VLLM_PORT, vllm_argv
 from specfleet.render.podtemplate import fitted_pod
 
 Manifest = dict[str, Any]
+
+BackendKind = Literal["Service", "InferencePool"]
+"""What the fleet's backendRefs on an HTTPRoute are: the tracks' Services, or their InferencePools."""
 
 DEFAULT_IMAGE_REPOSITORY = "ghcr.io/specfleet/vllm-rocm"
 HF_HOME = "/cache/huggingface"
@@ -320,6 +331,33 @@ def service(
     }
 
 
+def inference_pool(
+    sdep: SpeculativeDeployment, track: Track, picker: EndpointPickerRef, route: str | None = None
+) -> Manifest:
+    """One track's InferencePool (Gateway API Inference Extension v1), named like the track's Service: the track's
+    pods by their labels, on the serving port, with the track's endpoint picker (`<endpointPickerRef.name>-<track>`:
+    a picker serves one pool). One pool per track, so a canary's pods never join stable's pool (an endpoint
+    picker's predictions assume a pool of identical configs). Like a track's Service, it names the HTTPRoute
+    (`route`, namespace/name) it was made for in an annotation."""
+    metadata = child_metadata(sdep, child_name(sdep, track), {**_common_labels(sdep), **selector_labels(sdep, track)})
+    if route is not None:
+        metadata["annotations"] = {ANNOTATION_HTTP_ROUTE: route}
+    return {
+        "apiVersion": INFERENCEPOOL_API_VERSION,
+        "kind": "InferencePool",
+        "metadata": metadata,
+        "spec": {
+            "selector": {"matchLabels": selector_labels(sdep, track)},
+            "targetPorts": [{"number": VLLM_PORT}],
+            "endpointPickerRef": {
+                "name": f"{picker.name}-{track.value}",
+                "port": {"number": picker.port},
+                "failureMode": picker.failure_mode.value,
+            },
+        },
+    }
+
+
 def canary_replicas(total: int, weight: int) -> int:
     """Replicas that carry `weight` percent of `total`, at least one so the canary can be measured."""
     return max(1, round(total * weight / 100))
@@ -365,14 +403,16 @@ def route_rules(
     route_namespace: str | None = None,
     canary_mirror: int = 0,
     canary_header: HeaderMatch | None = None,
+    backend_kind: BackendKind = "Service",
 ) -> list[dict[str, Any]]:
     """An HTTPRoute's rules with the fleet's backend weights set: canary w, holdback h, stable the rest.
 
-    Only backendRefs to this fleet's track Services are touched: by name, in the fleet's namespace (a ref
-    without a namespace is in the route's, `route_namespace`, default the fleet's); a rule that sends to the
-    stable Service gains a canary (holdback) ref while that track takes traffic and loses it afterwards. In a
-    shadow step (`canary_mirror` percent) such a rule also gets the Gateway API's `RequestMirror` filter copying
-    that share of its requests to the canary Service, and loses it afterwards; the route's other filters stay.
+    Only backendRefs to this fleet's track Services (`backend_kind` InferencePool: its track InferencePools) are
+    touched: by name, in the fleet's namespace (a ref without a namespace is in the route's, `route_namespace`,
+    default the fleet's); a rule that sends to the stable backend gains a canary (holdback) ref of the same kind
+    while that track takes traffic and loses it afterwards. In a shadow step (`canary_mirror` percent) such a rule
+    also gets the Gateway API's `RequestMirror` filter copying that share of its requests to the canary backend,
+    and loses it afterwards; the route's other filters stay.
     With `canary_header`, each such rule gets a twin (`<fleet>-canary-header-<n>`) that sends the requests
     carrying the header to the canary alone; the twins go when it is None.
     """
@@ -380,11 +420,11 @@ def route_rules(
     weights = {Track.CANARY: canary_weight, Track.HOLDBACK: min(holdback_weight, 100 - canary_weight)}
     here = route_namespace or sdep.metadata.namespace
 
+    group = INFERENCE_GROUP if backend_kind == "InferencePool" else ""
+
     def fleets(ref: dict[str, Any]) -> bool:
-        core_service = ref.get("group", "") == "" and ref.get("kind", "Service") == "Service"
-        return (
-            core_service and ref.get("name") in names.values() and ref.get("namespace", here) == sdep.metadata.namespace
-        )
+        of_kind = ref.get("group", "") == group and ref.get("kind", "Service") == backend_kind
+        return of_kind and ref.get("name") in names.values() and ref.get("namespace", here) == sdep.metadata.namespace
 
     def mirrors_to_canary(rule_filter: dict[str, Any]) -> bool:
         ref = (rule_filter.get("requestMirror") or {}).get("backendRef") or {}

@@ -85,7 +85,8 @@ def container(manifests: list[Manifest]) -> Manifest:
 
 def test_lint_strict_passes_with_defaults_and_with_everything_on(helm: Path) -> None:
     everything = ["--set", "replicaCount=3", "--set", "watchNamespaces={a,b}", "--set", "prometheusAuth.enabled=true"]
-    everything += ["--set", "gatewayAPI.enabled=true", "--set", "monitoring.force=true"]
+    everything += ["--set", "gatewayAPI.enabled=true", "--set", "inferencePools.enabled=true"]
+    everything += ["--set", "monitoring.force=true"]
     everything += ["--set", "grafanaDashboard.enabled=true"]
     for extra in ([], everything):
         result = run_helm(helm, "lint", "--strict", str(CHART), *extra)
@@ -262,6 +263,23 @@ def test_httproutes_only_when_gateway_api_routing_is_on(helm: Path) -> None:
     # a route in another namespace is written only when a ReferenceGrant there consents: read, never written
     assert grant_rules("--set", "gatewayAPI.enabled=true") == [
         {"apiGroups": ["gateway.networking.k8s.io"], "resources": ["referencegrants"], "verbs": ["list"]}
+    ]
+
+
+def test_inferencepools_only_when_pool_routing_is_on(helm: Path) -> None:
+    def pool_rules(*args: str) -> list[Manifest]:
+        rules = only(operators_own(render(helm, *args)), "ClusterRole")["rules"]
+        return [r for r in rules if any("inference" in group for group in r["apiGroups"])]
+
+    assert pool_rules() == [] and pool_rules("--set", "gatewayAPI.enabled=true") == []
+    assert "--inference-pools" not in container(render(helm))["args"]  # nor watched: it would be refused
+    assert "--inference-pools" in container(render(helm, "--set", "inferencePools.enabled=true"))["args"]
+    assert pool_rules("--set", "inferencePools.enabled=true") == [
+        {
+            "apiGroups": ["inference.networking.k8s.io"],
+            "resources": ["inferencepools"],
+            "verbs": ["get", "list", "watch", "create", "patch", "delete"],
+        }
     ]
 
 

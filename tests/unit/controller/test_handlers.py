@@ -134,8 +134,12 @@ def test_the_registry_watches_fleets_and_every_child_kind_with_its_own_handler()
 
     watched = {handler.id for handler in registry._watching.get_all_handlers()}
 
-    assert watched == {"speculative_deployment", *(f"on_{w.kind.lower()}" for w in CHILD_WATCHES)}
-    assert len(CHILD_WATCHES) == 5
+    assert watched == {"speculative_deployment", *(f"on_{w.kind.lower()}" for w in CHILD_WATCHES)} - {
+        "on_inferencepool"
+    }
+    assert len(CHILD_WATCHES) == 6
+    pooled = Controller(None, OperatorOptions(workers=1, inference_pools=True)).registry()  # type: ignore[arg-type]
+    assert "on_inferencepool" in {handler.id for handler in pooled._watching.get_all_handlers()}
 
 
 def test_a_status_only_event_does_not_cut_short_the_backoff_of_a_failing_fleet_but_a_change_does() -> None:

@@ -163,3 +163,8 @@ def test_a_route_to_another_services_namespace_or_kind_is_no_reference() -> None
     elsewhere = {**route({"name": "llama-stable"}), "metadata": {"namespace": "routes"}}
     assert not references_service(elsewhere, "team-a", "llama-stable")
     assert not references_service({"spec": {"rules": "x"}}, "team-a", "llama-stable")
+    pool = ("inference.networking.k8s.io", "InferencePool")
+    pooled = route({"group": pool[0], "kind": pool[1], "name": "llama-stable"})
+    assert references_service(pooled, "team-a", "llama-stable", pool)
+    assert not references_service(pooled, "team-a", "llama-stable")  # a pool is not the Service of that name
+    assert not references_service(route({"name": "llama-stable"}), "team-a", "llama-stable", pool)

@@ -18,6 +18,7 @@ from prometheus_client import REGISTRY
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from specfleet.api.resource import SpeculativeDeployment
+from specfleet.api.spec import EndpointPickerRef
 from specfleet.api.status import Phase, SpeculativeDeploymentStatus
 from specfleet.api.vocabulary import LABEL_NAME, LABEL_REVISION, LABEL_TRACK, Command, Track
 from specfleet.controller import reconciler as reconciler_module
@@ -29,7 +30,7 @@ from specfleet.controller.sinks import SINKS
 from specfleet.controller.store import Store
 from specfleet.hardware import GPU_RESOURCE, MI300X, PRODUCT_NAME_LABEL
 from specfleet.notify.targets import parse_targets
-from specfleet.render.manifests import deployment, revision, service
+from specfleet.render.manifests import deployment, inference_pool, revision, service
 from specfleet.rollout import Decision, Observation, decide
 from specfleet.rollout.types import NO_PROMETHEUS, GpuRequest, GpuRoom
 
@@ -324,6 +325,56 @@ def test_a_shadow_step_mirrors_on_the_route_and_keeps_the_fleet_service_on_stabl
     assert fleet_service["spec"]["selector"]["specfleet.io/track"] == "stable"
 
 
+POOLED = {"httpRoute": {"name": "llm"}, "inferencePool": {"endpointPickerRef": {"name": "llm-epp", "port": 9002}}}
+
+
+def pooled_world(kinds: set[str]) -> tuple[Store, BodyRecordingKube]:
+    """A canary at a shadow step whose route `llm` sends to the InferencePool `<name>-stable`."""
+    shadow = {"steps": [{"mirror": 50, "pause": {}}], "analysis": {"interval": "1m"}}
+    store, _ = canary_world(rollout={**shadow, "trafficRouting": POOLED})
+    kube = BodyRecordingKube()
+    kube.kinds = kinds
+    stable = {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": f"{KEY[1]}-stable", "port": 8000}
+    route = {"metadata": {"name": "llm", "namespace": KEY[0], "resourceVersion": "5"},
+             "spec": {"rules": [{"backendRefs": [stable]}]}}  # fmt: skip
+    kube.objects["HTTPRoute", KEY[0], "llm"] = route
+    return store, kube
+
+
+def pooling(kube: RecordingKube, store: Store, enabled: bool = True) -> Reconciler:
+    """A reconciler of `specfleet run --inference-pools` (or without it)."""
+    return Reconciler(kube, store, WorkQueue(), clock=lambda: NOW, inference_pools=enabled)  # type: ignore[arg-type]
+
+
+def test_without_the_inference_pools_flag_no_pool_is_written() -> None:
+    store, kube = pooled_world({"HTTPRoute", "InferencePool"})
+    reconcile(kube, store, pooling(kube, store, enabled=False))
+    assert not [w for w in kube.writes if "InferencePool" in w[1:3]]
+
+
+def test_a_pooled_fleet_owns_a_pool_per_track_and_mirrors_to_the_canary_pool_on_the_route() -> None:
+    store, kube = pooled_world({"HTTPRoute", "InferencePool"})
+    reconcile(kube, store, pooling(kube, store))
+    pools = {b["metadata"]["name"]: b["spec"] for b in kube.bodies if b.get("kind") == "InferencePool"}
+    assert set(pools) == {f"{KEY[1]}-stable", f"{KEY[1]}-canary"}
+    assert pools[f"{KEY[1]}-canary"]["selector"]["matchLabels"]["specfleet.io/track"] == "canary"
+    assert pools[f"{KEY[1]}-canary"]["endpointPickerRef"]["name"] == "llm-epp-canary"  # a picker serves one pool
+    [rules] = [b["spec"]["rules"] for b in kube.bodies if "rules" in b.get("spec", {})]
+    mirror = rules[0]["filters"][0]["requestMirror"]
+    assert mirror["backendRef"]["kind"] == "InferencePool" and mirror["backendRef"]["name"] == f"{KEY[1]}-canary"
+    assert [(r["kind"], r["name"], r["weight"]) for r in rules[0]["backendRefs"]] == [
+        ("InferencePool", f"{KEY[1]}-stable", 100)
+    ]
+
+
+def test_without_the_inferencepool_crd_no_pool_is_written_and_the_route_sends_no_user_to_the_canary() -> None:
+    store, kube = pooled_world({"HTTPRoute"})
+    reconcile(kube, store, pooling(kube, store))
+    assert not [w for w in kube.writes if "InferencePool" in w[1:3]]
+    [rules] = [b["spec"]["rules"] for b in kube.bodies if "rules" in b.get("spec", {})]
+    assert [r["weight"] for r in rules[0]["backendRefs"]] == [100]
+
+
 def test_a_route_in_another_namespace_is_not_touched_without_a_reference_grant_and_the_fleet_says_why() -> None:
     store, kube = routed_world(ROUTES_NS)
     reconcile(kube, store)
@@ -384,6 +435,31 @@ def test_without_traffic_routing_a_service_a_route_still_sends_to_is_kept_until_
     reconcile(kube, store, reconciler)
     deleted = [w[2] for w in kube.writes if w[:2] == ("delete", "Service")]
     assert f"{KEY[1]}-stable" in deleted
+
+
+def test_without_pool_routing_a_pool_the_route_still_sends_to_is_kept_until_it_does_not() -> None:
+    """trafficRouting.inferencePool removed from a live fleet: its `-stable` InferencePool stays while the route
+    still sends to it, with a Warning event; the `-canary` one, which the route does not name, goes at once."""
+    store, kube = pooled_world({"HTTPRoute", "InferencePool"})
+    sdep = SpeculativeDeployment.from_mapping(store.sdeps[KEY])
+    picker = EndpointPickerRef(name="llm-epp", port=9002)
+    store.put_sdep(
+        merged(store.sdeps[KEY], {"spec": {"rollout": {"trafficRouting": {"inferencePool": None}}}}), deleted=False
+    )
+    for track in (Track.STABLE, Track.CANARY):
+        manifest = inference_pool(sdep, track, picker, route=f"{KEY[0]}/llm")
+        manifest["metadata"]["uid"] = f"uid-pool-{track.value}"
+        store.put_child("InferencePool", manifest, deleted=False)
+    reconciler = pooling(kube, store)
+    reconcile(kube, store, reconciler)
+    deleted = [w[2] for w in kube.writes if w[:2] == ("delete", "InferencePool")]
+    assert deleted == [f"{KEY[1]}-canary"] and kube.events.count("InferencePoolStillRouted") == 1
+    route = kube.objects["HTTPRoute", KEY[0], "llm"]
+    assert isinstance(route, dict)
+    route["spec"]["rules"][0]["backendRefs"][0] = {"name": f"{KEY[1]}-stable", "port": 8000}  # back to the Service
+    store.put_sdep(merged(store.sdeps[KEY], {"metadata": {"resourceVersion": "12"}}), deleted=False)
+    reconcile(kube, store, reconciler)
+    assert f"{KEY[1]}-stable" in [w[2] for w in kube.writes if w[:2] == ("delete", "InferencePool")]
 
 
 def test_a_service_whose_route_cannot_be_read_is_kept() -> None:

@@ -29,6 +29,8 @@ class FakeKube:
         self.lists: list[tuple[str, str]] = []
         self.children: list[dict[str, Any]] = []
         self.conflict = False
+        self.kinds = {"Deployment", "Service", "Pod", "Job"}
+        """The kinds the API server serves (no InferencePool CRD)."""
 
     def merge_patch(self, api_version: str, kind: str, namespace: str, name: str, body: dict[str, Any]) -> None:
         if self.conflict:
@@ -38,6 +40,9 @@ class FakeKube:
     def read(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
         self.reads.append(name)
         return self.leases.get(name)
+
+    def has_kind(self, api_version: str, kind: str) -> bool:
+        return kind in self.kinds
 
     def list_labelled(self, api_version: str, kind: str, namespace: str, selector: str) -> list[dict[str, Any]]:
         self.lists.append((kind, selector))
@@ -187,6 +192,20 @@ def test_a_fleet_pinned_here_after_its_children_were_dropped_gets_them_listed() 
     assert asyncio.run(shards.owns(("default", name)))
     assert list(shards.store.children("Deployment", ("default", name))) == [f"{name}-stable"]
     assert ("Deployment", f"{LABEL_NAME}={name},app.kubernetes.io/managed-by=specfleet") in kube.lists
+    assert "InferencePool" not in {kind for kind, _ in kube.lists}  # without --inference-pools: not asked
+
+
+def test_a_fleets_inferencepools_are_listed_once_their_crd_is_served() -> None:
+    kube = FakeKube()
+    kube.kinds.add("InferencePool")
+    shards = gate(kube)
+    shards.inference_pools = True  # specfleet run --inference-pools
+    name = names_in(0, 2, 1)[0]
+    shards.observe(fleet(name), deleted=False)
+    kube.children = [child("InferencePool", f"{name}-stable", name)]
+    shards.observe(fleet(name, shards.me.render(), labels={SHARD_LABEL: "1"}), deleted=False)
+    assert asyncio.run(shards.owns(("default", name)))
+    assert list(shards.store.children("InferencePool", ("default", name))) == [f"{name}-stable"]
 
 
 def test_a_bad_pin_is_reported_once(caplog: Any) -> None:
