@@ -148,14 +148,7 @@ def test_a_bad_drafter_in_a_shadow_step_is_rolled_back_before_any_user_request_r
     rollout = shadow_rollout({"mirror": 50, "pause": {"duration": "1s"}}, {"weight": 50, "pause": {"duration": "1s"}})
     old = healthy(fleet, rollout=rollout, speculative=PLAIN)["stableRevision"]
     fleet.patch_spec("llama", {"speculative": BAD_DRAFTER})
-    status = outcome_of(fleet)
-    outcome = status["history"][-1]
-    assert outcome["outcome"] == "RolledBack" and "acceptance alpha" in outcome["reason"], outcome
-    assert status["stableRevision"] == old
-    [stream] = gateway(simulator)
-    canary = backend(stream, fleet, "llama-canary")
-    assert canary["served"] == 0 and canary["unserved"] == 0, stream
-    assert canary["mirrored"] > 0, stream  # it was judged on copies of real requests
+    rolled_back_unseen_by_users(fleet, simulator, old)
 
 
 @pytest.mark.timeout(OUTCOME_SECONDS + 300)
@@ -245,14 +238,7 @@ def test_with_inference_pools_a_bad_drafter_in_a_shadow_step_is_rolled_back_befo
         lambda: gateway(simulator)[0]["routing"]["mirrors"].get(f"{fleet.namespace}/llama-canary") == 0.5,
         timeout=300,
     )
-    status = outcome_of(fleet)
-    outcome = status["history"][-1]
-    assert outcome["outcome"] == "RolledBack" and "acceptance alpha" in outcome["reason"], outcome
-    assert status["stableRevision"] == old
-    [stream] = gateway(simulator)
-    canary = backend(stream, fleet, "llama-canary")
-    assert canary["served"] == 0 and canary["unserved"] == 0, stream
-    assert canary["mirrored"] > 0, stream  # it was judged on copies of real requests
+    rolled_back_unseen_by_users(fleet, simulator, old)
     wait_for("the canary's pool to go", lambda: "llama-canary" not in pools_of(fleet))
 
 
@@ -261,3 +247,16 @@ def pools_of(fleet: Fleet) -> set[str]:
         "inference.networking.k8s.io", "v1", fleet.namespace, "inferencepools"
     )
     return {item["metadata"]["name"] for item in listed["items"]}
+
+
+def rolled_back_unseen_by_users(fleet: Fleet, simulator: Simulator, old: str) -> None:
+    """The canary rolled back on acceptance with stable kept, and the gateway counted no user-facing request
+    served by (or sent to) it, only mirrored copies: it was judged on real requests no user saw answered."""
+    status = outcome_of(fleet)
+    outcome = status["history"][-1]
+    assert outcome["outcome"] == "RolledBack" and "acceptance alpha" in outcome["reason"], outcome
+    assert status["stableRevision"] == old
+    [stream] = gateway(simulator)
+    canary = backend(stream, fleet, "llama-canary")
+    assert canary["served"] == 0 and canary["unserved"] == 0, stream
+    assert canary["mirrored"] > 0, stream
