@@ -522,10 +522,10 @@ class SpeculativeDeploymentStatus(ApiModel):
     waits for), `RolledOut` (True once the spec's revision serves, False when it was rolled back or aborted or
     the spec is invalid, Unknown meanwhile: for `kubectl wait`), `Ready` (True only once the current generation
     is rolled out with no live canary), `Reconciling` (True while a canary, a promotion or starting replicas move
-    the fleet) and `Stalled` (True when rolled back, aborted, the spec invalid, no room for the canary's pods or
-    a promotion past its deadline), the last two in the kstatus convention GitOps tools read (never both True),
-    `SpecValid`, `Guarded` (canaries are judged from Prometheus), `Synced` and, with `rollout.drift`,
-    `SpeculationPaying`."""
+    the fleet) and `Stalled` (True when rolled back, aborted, the spec invalid, no room for the canary's pods, a
+    promotion past its deadline or a canary paused by its failure), the last two in the kstatus convention GitOps
+    tools read (never both True), `SpecValid`, `Guarded` (canaries are judged from Prometheus), `Synced` and, with
+    `rollout.drift`, `SpeculationPaying`."""
     stable_revision: Annotated[str, Field(max_length=63)] | None = None
     """The revision the stable track (`<name>-stable`) serves: a hash of what its pods run (image, `vllm serve`
     command line, environment, GPU placement)."""

@@ -13,14 +13,22 @@ from specfleet.api.spec import FallbackAction, SpeculativeDeploymentSpec
 from specfleet.api.status import Analysis, Outcome, Phase, PreflightStatus, Verdict
 from specfleet.api.vocabulary import PROMOTE_FULL, Command, ConditionType, Track
 from specfleet.render.manifests import canary_replicas
-from specfleet.rollout.lifecycle import FRESH_EVIDENCE, abort, fail_canary, promote, step_anew, step_label
+from specfleet.rollout.lifecycle import (
+    ANALYSIS_FAILED,
+    CANARY_CRASHED,
+    FRESH_EVIDENCE,
+    abort,
+    fail_canary,
+    promote,
+    step_anew,
+    step_label,
+)
 from specfleet.rollout.moves import budget
 from specfleet.rollout.state import Decided, Pass
 from specfleet.rollout.types import GpuRequest, PreflightState, TrackObservation
 
 Transition = Callable[[Pass], Pass | Decided]
 
-CRASHED = "CanaryCrashed"
 """The cause of a pause for crashes (condition reason `CanaryCrashedPaused`)."""
 
 
@@ -156,7 +164,7 @@ def _fail_on_crashes(p: Pass) -> Pass | Decided:
     baseline, never judged: its pods may be days old, and a broken stable is what a canary may be fixing.
     """
     canary, status = p.obs.track(Track.CANARY), p.status
-    if _paused_by(p, CRASHED):
+    if _paused_by(p, CANARY_CRASHED):
         if not p.applies(Command.PROMOTE):
             return Decided(p.but(canary_traffic=False))
         accepted = canary.restarts if canary.revision == status.canary_revision else 0
@@ -166,7 +174,9 @@ def _fail_on_crashes(p: Pass) -> Pass | Decided:
     reason = crash_reason(p, canary, status.canary_restarts_accepted)
     if not reason:
         return p
-    return Decided(fail_canary(p, FallbackAction.ROLLBACK, f"guardrail failed: {reason}", against=True, cause=CRASHED))
+    return Decided(
+        fail_canary(p, FallbackAction.ROLLBACK, f"guardrail failed: {reason}", against=True, cause=CANARY_CRASHED)
+    )
 
 
 def crash_reason(p: Pass, track: TrackObservation, accepted: int | None = None, what: str = "canary") -> str:
@@ -417,7 +427,7 @@ def _count_failure(p: Pass, analysis: Analysis) -> Pass | Decided:
     # the next failure must stand on evidence gathered after this one, so failures are independent
     p = p.with_status(failed_analyses=failures, evidence_since=p.obs.now)
     reasons = "; ".join(analysis.reasons)
-    p = p.with_event("AnalysisFailed", f"canary {analysis.revision}: {reasons}", warning=True)
+    p = p.with_event(ANALYSIS_FAILED, f"canary {analysis.revision}: {reasons}", warning=True)
     if failures > p.spec.rollout.analysis.failure_limit:
         return Decided(fail_canary(p, FallbackAction.ROLLBACK, f"guardrail failed: {reasons}"))
     return p
@@ -457,4 +467,4 @@ def _paused_by(p: Pass, cause: str) -> bool:
 
 def _paused_after_failure(p: Pass) -> bool:
     """A canary paused by a failure (autoRollback off) waits for a human: a promote for it lifts the pause."""
-    return _paused_by(p, "AnalysisFailed") and not p.applies(Command.PROMOTE)
+    return _paused_by(p, ANALYSIS_FAILED) and not p.applies(Command.PROMOTE)

@@ -11,12 +11,13 @@ the pass leaves; each carries the pass's generation.
 from specfleet.api.rollout_result import Ending, RolloutResult
 from specfleet.api.vocabulary import ConditionType
 from specfleet.rollout.canary import NO_ROOM
+from specfleet.rollout.lifecycle import PAUSED_FOR_A_HUMAN
 from specfleet.rollout.rolled_out import MAX_MESSAGE, judged_rollout, rolled_out
 from specfleet.rollout.state import Pass
 
-STALLED_PROGRESS = (NO_ROOM, "ProgressDeadlineExceeded")
+STALLED_PROGRESS = frozenset((NO_ROOM, "ProgressDeadlineExceeded")) | PAUSED_FOR_A_HUMAN
 """Progressing reasons of a fleet that will not move on by itself: canary pods the nodes have no room for, a
-promotion past its deadline."""
+promotion past its deadline, a canary paused by its failure until a human promotes or aborts it."""
 
 
 def with_rollout_conditions(p: Pass) -> Pass:

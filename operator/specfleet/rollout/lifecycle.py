@@ -42,8 +42,15 @@ def step_label(p: Pass) -> str:
     return f"step {index + 1}/{len(steps)} ({share})"
 
 
+ANALYSIS_FAILED: Final = "AnalysisFailed"
+CANARY_CRASHED: Final = "CanaryCrashed"
+PAUSED_FOR_A_HUMAN: Final = frozenset(f"{cause}Paused" for cause in (ANALYSIS_FAILED, CANARY_CRASHED))
+"""Progressing reasons of a canary `fail_canary` paused (autoRollback off): failed, it waits for a promote or an
+abort and will not go on by itself."""
+
+
 def fail_canary(
-    p: Pass, action: FallbackAction, reason: str, *, against: bool | None = None, cause: str = "AnalysisFailed"
+    p: Pass, action: FallbackAction, reason: str, *, against: bool | None = None, cause: str = ANALYSIS_FAILED
 ) -> Pass:
     """Roll back, or pause for a human: a canary paused after a Fail loses its traffic (stable covers it),
     one paused for lack of a verdict keeps it (nothing is known against it).

@@ -114,3 +114,16 @@ def test_a_canary_the_nodes_have_no_room_for_is_stalled_until_room_appears() -> 
     assert health(world.fleet)["Reconciling"][0] == FALSE
     world.fleet.step_with(room=GpuRoom(asked, free=4, fitting=4, nodes=2))
     assert health(world.fleet)["Stalled"][0] == FALSE and health(world.fleet)["Reconciling"][0] == TRUE
+
+
+def test_a_canary_paused_by_its_failure_is_stalled_until_a_human_promotes_it() -> None:
+    fleet = guarded_canary(analysis={"failureLimit": 0}, autoRollback=False)
+    fleet.step(analysis(fleet, Verdict.FAIL, acceptance=0.3))
+    assert health(fleet) == {
+        "Ready": (FALSE, "RollingOut"),
+        "Reconciling": (FALSE, "Stalled"),
+        "Stalled": (TRUE, "AnalysisFailedPaused"),
+    }
+    fleet.commands[Command.PROMOTE.annotation] = "1"
+    fleet.step()
+    assert health(fleet)["Stalled"][0] == FALSE and health(fleet)["Reconciling"][0] == TRUE

@@ -34,7 +34,7 @@ if ready ~= nil and ready.status == "True" then
 end
 local reconciling = condition("Reconciling")
 if obj.status.phase == "Paused" then
-  -- a manual gate, spec.paused, or a pause after a failure: waits for promote, resume or abort
+  -- a manual gate or spec.paused: waits for promote or resume (a pause after a failure is Stalled)
   hs.status = "Suspended"
 else
   hs.status = "Progressing"
