@@ -1,7 +1,8 @@
 """A notification receiver on loopback: a real aiohttp server in a thread of its own, recording what it is sent.
 
-It answers every POST with `status` after holding it `delay` seconds (a slow receiver), over TLS when given a
-server context (trustme's; for the chat services, whose URLs are https). `dead_port` is a port nothing listens on.
+It answers every POST with `status` after holding it `delay` seconds (a slow receiver), or with a 307 to
+`redirect_to` (a receiver handing the request on), over TLS when given a server context (trustme's; for the chat
+services, whose URLs are https). `dead_port` is a port nothing listens on.
 """
 
 import asyncio
@@ -29,6 +30,7 @@ class Receiver:
     port: int = 0
     status: int = 200
     delay: float = 0.0
+    redirect_to: str | None = None
     received: list[Received] = field(default_factory=list)
     arrived: threading.Condition = field(default_factory=threading.Condition)
 
@@ -39,6 +41,8 @@ class Receiver:
             self.arrived.notify_all()
         if self.delay:
             await asyncio.sleep(self.delay)
+        if self.redirect_to is not None:
+            return web.Response(status=307, headers={"Location": self.redirect_to})
         return web.Response(status=self.status, text="ok")
 
     def wait_for(self, count: int, timeout: float) -> list[Received]:
@@ -49,9 +53,11 @@ class Receiver:
 
 
 @contextmanager
-def receiving(status: int = 200, delay: float = 0.0, tls: ssl.SSLContext | None = None) -> Iterator[Receiver]:
+def receiving(
+    status: int = 200, delay: float = 0.0, tls: ssl.SSLContext | None = None, redirect_to: str | None = None
+) -> Iterator[Receiver]:
     """A Receiver serving on 127.0.0.1 until the block ends."""
-    receiver = Receiver(status=status, delay=delay)
+    receiver = Receiver(status=status, delay=delay, redirect_to=redirect_to)
     loop = asyncio.new_event_loop()
     started = threading.Event()
     holder: dict[str, Any] = {}

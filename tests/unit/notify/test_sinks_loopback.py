@@ -120,3 +120,22 @@ def test_a_url_of_another_service_is_refused_by_the_chat_sink() -> None:
     assert SINKS["teams"].refusal(f"https://hooks.slack.com/services/T1JJ3T3L2/A1BRTD4JD/{TOKEN}") is not None
     assert SINKS["slack"].refusal(f"https://hooks.slack.com/services/T1JJ3T3L2/A1BRTD4JD/{TOKEN}") is None
     assert SINKS["webhook"].refusal("file:///etc/passwd") is not None
+
+
+@pytest.mark.parametrize("sink", ["webhook", "teams"])
+def test_a_receiver_that_redirects_does_not_hand_the_event_to_another_host(
+    sink: str, trusted: ssl.SSLContext, caplog: pytest.LogCaptureFixture
+) -> None:
+    before = failed(sink)
+    with receiving(tls=trusted) as elsewhere:
+        with receiving(tls=trusted, redirect_to=f"https://127.0.0.1:{elsewhere.port}/inside") as admitted:
+            url = {
+                "webhook": f"https://127.0.0.1:{admitted.port}/hook/{TOKEN}",
+                "teams": f"workflow://127.0.0.1:{admitted.port}/a1b2c3workflow/{TOKEN}",
+            }[sink]
+            with caplog.at_level(logging.DEBUG):
+                asyncio.run(
+                    notifier(sink, url, DeliveryPolicy(attempts=1, timeout=2.0, backoff=0.05)).deliver(ROLLED_BACK)
+                )
+        assert len(admitted.received) == 1 and elsewhere.received == []
+    assert failed(sink) == before + 1 and TOKEN not in caplog.text

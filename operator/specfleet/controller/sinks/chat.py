@@ -34,6 +34,8 @@ class AppriseSink(Sink):
             raise DeliveryError(f"not a {self.said} URL Apprise knows")
         plugin.socket_connect_timeout = timeout
         plugin.socket_read_timeout = timeout
+        # No redirects: an admitted host must not hand the message (and the URL's secret) on to one that is not.
+        plugin.redirects = False
         title, body = chat_message(notification)
         kind = apprise.NotifyType.WARNING if notification.transition in WARNINGS else apprise.NotifyType.INFO
         if not plugin.notify(body=body, title=title, notify_type=kind, body_format=apprise.NotifyFormat.MARKDOWN):
