@@ -31,6 +31,8 @@ minute over `--idle` seconds in which nothing changes.
     python benchmarks/peers.py --quick                # tuned settings, 3 trials, about 15 minutes
 
 Prints the tables and the JSON, writes docs/peers-rollback.png. The cluster and every process stop on exit.
+A run in which fewer than 95% of the simulated pods' scrapes succeeded (a machine too busy for the simulator to
+answer Prometheus in time) says INVALID RUN, exits 1 and writes no plot: its tables measure the overload.
 
 This script parses the command line and runs the phases; the fleets and settings are in peers_fleets.py,
 the peers' binaries and CRDs in peers_install.py, the phases in peers_phases.py, the tables in peers_report.py.
@@ -48,8 +50,8 @@ import fleetscale
 from benchkit import ROOT, cluster_session
 from peers_fleets import CONTROLLERS, PHASES, SETTINGS, SETUPS
 from peers_install import install_peer_crds, peer_binaries
-from peers_phases import rollback_phases, scale_phase
-from peers_report import plot, ratios, scale_ratios, scale_table, table
+from peers_phases import MIN_SCRAPED, rollback_phases, scale_phase
+from peers_report import plot, ratios, scale_ratios, scale_table, scrape_warning, table
 
 
 def run_benchmark(args: argparse.Namespace) -> dict[str, Any]:
@@ -110,14 +112,19 @@ def main() -> None:
         "setups": {f"{c}/{s}": vars(SETUPS[c, s]) for c in CONTROLLERS for s in SETTINGS},
         "minutes": round((time.monotonic() - started) / 60, 1),
     }
+    warning = None
     if "results" in figures:
         print(table(figures["results"]))
+        warning = scrape_warning(figures["scraped"], MIN_SCRAPED)
+        if warning is None:
+            plot(figures["results"], figures["times"], args.plot)
         figures["ratios"] = ratios(figures["results"])
-        plot(figures["results"], figures["times"], args.plot)
     if "scale" in figures:
         print(scale_table(figures["scale"], figures["nodes"]))
         figures["scale_ratios"] = scale_ratios(figures["scale"])
     print(json.dumps({"settings": settings, **figures}, indent=2))
+    if warning is not None:
+        sys.exit(warning)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from typing import Any
 import kubernetes
 import urllib3
 import yaml
+from prometheus_api_client import PrometheusConnect
 
 from specfleet.api.vocabulary import GROUP, LABEL_TRACK, PLURAL, VERSION, Track
 
@@ -280,6 +281,23 @@ def restart_prometheus_after(cluster: Any, seconds: float) -> None:
     process.start(list(record.command), layout.pid_file("prometheus"), layout.log_file("prometheus"))
 
 
+SCRAPED = (
+    'sum by (namespace) (sum_over_time(up{{job="file-sd"}}[{seconds}s]))'
+    ' / sum by (namespace) (count_over_time(up{{job="file-sd"}}[{seconds}s]))'
+)
+"""The share of the simulated pods' scrapes that succeeded, per controller's namespace, over the run."""
+MIN_SCRAPED = 0.95
+"""Below this share the run measured an overloaded machine, not the controllers: a pod whose scrapes time out has
+no series, and a peer reads an empty answer as a failed measurement (Argo Rollouts, Flagger) where specfleet holds."""
+
+
+def scraped(prometheus_url: str, namespaces: dict[str, str], seconds: float) -> dict[str, float | None]:
+    """Per controller, the share of its pods' scrapes that succeeded in the last `seconds` (None: none seen)."""
+    rows = PrometheusConnect(prometheus_url).custom_query(SCRAPED.format(seconds=round(seconds)))
+    shares = {row["metric"].get("namespace"): float(row["value"][1]) for row in rows}
+    return {controller: shares.get(namespace) for controller, namespace in namespaces.items()}
+
+
 def rollback_phases(args: argparse.Namespace, cluster: Any, api: Any, binaries: dict[str, Path],
                     specfleet_namespace: str, work: Path) -> dict[str, Any]:  # fmt: skip
     """Breach and good, A/A (per setting), then outage fleets, every controller at once with its simulator."""
@@ -312,6 +330,7 @@ def rollback_phases(args: argparse.Namespace, cluster: Any, api: Any, binaries: 
     controllers = {c: controller_command(c, binaries, cluster, namespaces[c])[0] for c in CONTROLLERS}
     environments = {"argo": {"POD_NAMESPACE": namespaces["argo"]}}
     done: list[Fleet] = []
+    started = time.monotonic()
     with background(sims | controllers, work, keep=args.keep, environments=environments):
         for url in run.sim_urls.values():
             wait_until(f"the simulator at {url}", lambda url=url: _ready(url, "/healthz"), 180)
@@ -328,7 +347,8 @@ def rollback_phases(args: argparse.Namespace, cluster: Any, api: Any, binaries: 
         outage = fleets_of("outage", args.side_trials, tuple(args.outage_settings or settings))
         outage_phase(run, outage, args)
         done += outage
-    return collect(done, measured)
+        shares = scraped(cluster.prometheus_url, namespaces, time.monotonic() - started)
+    return collect(done, measured) | {"scraped": shares}
 
 
 def scale_phase(args: argparse.Namespace, cluster: Any, api: Any, binaries: dict[str, Path], work: Path) -> dict[

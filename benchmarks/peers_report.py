@@ -117,6 +117,18 @@ def table(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join([*lines, "", "| ratio | value |", "| --- | --- |", *ratio_lines])
 
 
+def scrape_warning(shares: dict[str, float | None], least: float) -> str | None:
+    """What to say when the simulated pods were not scraped well enough for the run to measure the controllers."""
+    short = {c: share for c, share in shares.items() if share is None or share < least}
+    if not short:
+        return None
+    said = ", ".join(f"{c} {'no scrapes' if s is None else f'{s:.1%}'}" for c, s in short.items())
+    return (
+        f"INVALID RUN: the simulated pods' scrapes succeeded below {least:.0%} ({said}): the machine was too busy"
+        " for the simulator to answer Prometheus in time, so the tables measure the overload, not the controllers"
+    )
+
+
 def plot(results: dict[str, dict[str, Any]], times: dict[str, list[float]], path: Path) -> None:
     """Time-to-rollback distributions per controller and setting (points over a box)."""
     import matplotlib

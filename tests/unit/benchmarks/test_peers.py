@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from promtoolkit import evaluated
+
 import peers_fleets
 import peers_phases
 import peers_report
@@ -190,3 +192,21 @@ def test_fleetscale_reads_whole_audit_events_after_an_offset_and_leaves_out_its_
     assert later == [{"verb": "partial", "userAgent": "flagger/v1"}]
     log.write_text(lines[0] + "\n")  # rotated: shorter than the offset, read from its start
     assert fleetscale.audit_events(log, offset)[0] == [{"verb": "create", "userAgent": "kopf/1.45.2"}]
+
+
+def test_the_share_of_scrapes_that_succeeded_is_read_per_controller_namespace(tmp_path: Path) -> None:
+    """Prometheus' own engine over `up`: a namespace whose pods answered every scrape reads 1, one whose second
+    pod timed out on every scrape reads 0.5; the run is invalid below 95%."""
+    series = {
+        'up{job="file-sd", namespace="sf", pod="a"}': "1x20",
+        'up{job="file-sd", namespace="argo", pod="b"}': "1x20",
+        'up{job="file-sd", namespace="argo", pod="c"}': "0x20",
+        'up{job="prometheus", namespace="argo"}': "0x20",  # not a simulated pod
+    }
+    expected = [{"labels": '{namespace="sf"}', "value": 1}, {"labels": '{namespace="argo"}', "value": 0.5}]
+    assert evaluated(tmp_path, series, peers_phases.SCRAPED.format(seconds=100), "100s", expected) == ""
+    shares = {"specfleet": 1.0, "argo": 0.75, "flagger": None}
+    warning = peers_report.scrape_warning(shares, peers_phases.MIN_SCRAPED)
+    assert warning is not None and "argo 75.0%" in warning and "flagger no scrapes" in warning
+    assert "specfleet" not in warning
+    assert peers_report.scrape_warning({"specfleet": 0.99, "argo": 0.96}, peers_phases.MIN_SCRAPED) is None
