@@ -458,6 +458,13 @@ BAD_SPECS: list[BadSpec] = [
         "args must not set --pool-name",
     ),
     BadSpec(
+        "endpoint-picker-template-sets-the-namespace-its-pool-is-read-in",
+        picker(env=[{"name": "NAMESPACE", "value": "other-tenant"}]),
+        "spec.rollout.trafficRouting.inferencePool.endpointPickerTemplate.env",
+        "env must not set NAMESPACE",
+        "env must not set NAMESPACE",
+    ),
+    BadSpec(
         "endpoint-picker-template-env-from-a-secret",
         picker(env=[{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "someone-elses", "key": "token"}}}]),
         "spec.rollout.trafficRouting.inferencePool.endpointPickerTemplate.env[0].valueFrom",

@@ -853,7 +853,7 @@ class EndpointPickerTemplate(ApiModel):
     """An endpoint picker the fleet runs for each of its pools, as the Inference Extension's `inferencepool` chart
     deploys one beside its pool: a Deployment and a Service `<name>-epp-<track>` (`<name>-epp-stable`,
     `-canary` while a canary runs, `-holdback`), owned by the fleet and deleted with the track, started with
-    `--pool-name <name>-<track> --pool-namespace <namespace>`. Its pods meet the Pod Security Standard
+    `--pool-name <name>-<track> --pool-namespace <namespace>`, one pod each. Its pods meet the Pod Security Standard
     `restricted` whatever is set here (non-root, no privilege escalation, all capabilities dropped, RuntimeDefault
     seccomp); the environment is plain values, as the vLLM container's `engine.env`. Not part of the revision: a
     change is applied to every track's picker in place."""
@@ -865,13 +865,11 @@ class EndpointPickerTemplate(ApiModel):
     refused: `--pool-name`, `--pool-namespace`, `--pool-group`, `--grpc-port`, `--grpc-health-port`,
     `--metrics-port`."""
     env: Annotated[list[EnvVar], Field(max_length=32)] = []
-    """Plain environment variables of the picker container (`NAMESPACE` is specfleet's)."""
+    """Plain environment variables of the picker container (`NAMESPACE` is specfleet's: the pod's namespace)."""
     port: Annotated[int, Field(ge=1, le=65535)] = PICKER_DEFAULT_PORT
     """Its ext-proc (gRPC) port (`--grpc-port`): the Service's port, and the pools' `endpointPickerRef.port`."""
     failure_mode: EndpointPickerFailureMode = EndpointPickerFailureMode.FAIL_CLOSE
     """What the gateway does when the picker does not answer (the pools' `endpointPickerRef.failureMode`)."""
-    replicas: Annotated[int, Field(ge=1, le=10)] = 1
-    """Pods per picker (more than one needs the picker's own leader election, `--ha-enable-leader-election`)."""
     service_account_name: Name | None = None
     """The pickers' ServiceAccount: a picker watches its pool and the pool's pods, so it needs one bound to a Role
     that may get, list and watch `pods` and `inferencepools` (the extension's chart makes such a Role). Its token
@@ -893,6 +891,12 @@ class EndpointPickerTemplate(ApiModel):
             "and probes use)",
             field_path=".args",
             holds=lambda t: not [a for a in t.args if re.match(PICKER_FLAG_PATTERN, a)],
+        ),
+        Rule(
+            cel="!has(self.env) || self.env.all(e, e.name != 'NAMESPACE')",
+            message="env must not set NAMESPACE: specfleet sets it to the pod's namespace, where the picker's pool is",
+            field_path=".env",
+            holds=lambda t: "NAMESPACE" not in {e.name for e in t.env},
         ),
     )
 

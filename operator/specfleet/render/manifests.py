@@ -397,7 +397,7 @@ def endpoint_picker(sdep: SpeculativeDeployment, track: Track, template: Endpoin
             {"name": "metrics", "containerPort": PICKER_METRICS_PORT, "protocol": "TCP"},
         ],
         "env": [
-            *(e.model_dump(mode="json") for e in template.env if e.name != "NAMESPACE"),
+            *(e.model_dump(mode="json") for e in template.env),
             {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         ],
         "readinessProbe": probe,
@@ -405,7 +405,6 @@ def endpoint_picker(sdep: SpeculativeDeployment, track: Track, template: Endpoin
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "capabilities": {"drop": ["ALL"]},
-            "readOnlyRootFilesystem": True,
             "runAsNonRoot": True,
         },
     }
@@ -441,7 +440,7 @@ def endpoint_picker(sdep: SpeculativeDeployment, track: Track, template: Endpoin
         "kind": "Deployment",
         "metadata": child_metadata(sdep, name, labels),
         "spec": {
-            "replicas": template.replicas,
+            "replicas": 1,  # one per pool: several need the picker's own leader election and other probes
             "selector": {"matchLabels": selector},
             "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
         },

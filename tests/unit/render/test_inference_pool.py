@@ -161,6 +161,8 @@ def test_every_admitted_picker_template_renders_a_pod_security_restricted_pod_wi
     assert template_problems(pod, TemplatePolicy.RESTRICTED) == []
     [container] = pod["spec"]["containers"]
     assert all("secretKeyRef" not in str(env.get("valueFrom", "")) for env in container["env"])
+    namespace = {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}
+    assert [env for env in container["env"] if env["name"] == "NAMESPACE"] == [namespace]  # where its pool is
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
     ours = ["--pool-name", "--pool-namespace", "--grpc-port", "--grpc-health-port", "--metrics-port"]
