@@ -635,7 +635,7 @@ class Reconciler:
         delete the Deployments and Services the decision no longer wants. A draining canary the decision
         keeps stays, and so do a canary and ended slices the fleet Service, as last observed, may still send
         to (see `_canary_still_selected`), and a track's Service that its HTTPRoute still sends to (see
-        `_still_routed`)."""
+        `_still_routed`). A track's endpoint picker (`endpointPickerTemplate`) stays as long as its pool does."""
         keep = {(m["kind"], m["metadata"]["name"]) for m in wanted}
         still_selected = self._canary_still_selected(sdep, children)
         if decision.keep_canary or still_selected:
