@@ -445,12 +445,16 @@ def endpoint_picker(sdep: SpeculativeDeployment, track: Track, template: Endpoin
             "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
         },
     }
-    port = {"name": "grpc-ext-proc", "port": template.port, "targetPort": "grpc", "protocol": "TCP"}
+    ext_proc = {"name": "grpc-ext-proc", "port": template.port, "targetPort": "grpc", "protocol": "TCP"}
+    ports = [  # as the extension's chart names them: gateways find the ext-proc port by its protocol
+        {**ext_proc, "appProtocol": "http2"},
+        {"name": "http-metrics", "port": PICKER_METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"},
+    ]
     service_ = {
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": child_metadata(sdep, name, labels),
-        "spec": {"type": "ClusterIP", "selector": selector, "ports": [{**port, "appProtocol": "kubernetes.io/h2c"}]},
+        "spec": {"type": "ClusterIP", "selector": selector, "ports": ports},
     }
     return [deployment_, service_]
 

@@ -118,7 +118,8 @@ def test_a_picker_template_renders_a_picker_per_track_serving_that_tracks_pool_a
         assert container["image"] == EPP_IMAGE
         assert container["args"][:4] == ["--pool-name", f"llama-eagle3-{track.value}", "--pool-namespace", "default"]
         assert container["args"][-2:] == ["--config-file", "/config/plugins.yaml"]  # the user's flags last
-        assert service["spec"]["ports"][0]["port"] == 9002
+        ports = [(p["name"], p["port"]) for p in service["spec"]["ports"]]
+        assert ports == [("grpc-ext-proc", 9002), ("http-metrics", 9090)]
         pool = inference_pool(fleet, track, routing.inference_pool.picker(fleet.metadata.name))
         assert pool["spec"]["endpointPickerRef"] == {"name": name, "port": {"number": 9002}, "failureMode": "FailClose"}
 
