@@ -74,6 +74,12 @@ def custom(*guardrails: dict[str, Any]) -> dict[str, Any]:
     return spec(rollout={"guardrails": {"custom": list(guardrails)}})
 
 
+def picker(**template: Any) -> dict[str, Any]:
+    """A route through InferencePools whose endpoint pickers the fleet renders from this template (with an image)."""
+    rendered = {"image": "registry.k8s.io/gateway-api-inference-extension/epp:v1.0.0", **template}
+    return spec(rollout={"trafficRouting": {**ROUTED, "inferencePool": {"endpointPickerTemplate": rendered}}})
+
+
 WORSE = {"maxWorsening": 0.01}
 ROUTED = {"httpRoute": {"name": "llm"}}
 """Traffic split by an HTTPRoute, which a shadow step needs."""
@@ -416,7 +422,73 @@ BAD_SPECS: list[BadSpec] = [
     BadSpec(
         "inference-pool-without-endpoint-picker",
         spec(rollout={"trafficRouting": {**ROUTED, "inferencePool": {}}}),
-        "spec.rollout.trafficRouting.inferencePool.endpointPickerRef",
+        "spec.rollout.trafficRouting.inferencePool",
+        "exactly one of endpointPickerRef",
+        "exactly one of endpointPickerRef",
+    ),
+    BadSpec(
+        "inference-pool-with-both-a-picker-ref-and-a-template",
+        spec(
+            rollout={
+                "trafficRouting": {
+                    **ROUTED,
+                    "inferencePool": {
+                        "endpointPickerRef": {"name": "llm-epp", "port": 9002},
+                        "endpointPickerTemplate": {"image": "epp:v1"},
+                    },
+                }
+            }
+        ),
+        "spec.rollout.trafficRouting.inferencePool",
+        "exactly one of endpointPickerRef",
+        "exactly one of endpointPickerRef",
+    ),
+    BadSpec(
+        "endpoint-picker-template-sets-the-pool-it-serves",
+        picker(args=["--pool-name=someone-elses-pool"]),
+        "spec.rollout.trafficRouting.inferencePool.endpointPickerTemplate.args",
+        "args must not set --pool-name",
+        "args must not set --pool-name",
+    ),
+    BadSpec(
+        "endpoint-picker-template-sets-the-pools-namespace-with-one-dash",
+        picker(args=["-v", "2", "-pool-namespace", "other-tenant"]),
+        "spec.rollout.trafficRouting.inferencePool.endpointPickerTemplate.args",
+        "args must not set --pool-name",
+        "args must not set --pool-name",
+    ),
+    BadSpec(
+        "endpoint-picker-template-sets-the-namespace-its-pool-is-read-in",
+        picker(env=[{"name": "NAMESPACE", "value": "other-tenant"}]),
+        "spec.rollout.trafficRouting.inferencePool.endpointPickerTemplate.env",
+        "env must not set NAMESPACE",
+        "env must not set NAMESPACE",
+    ),
+    BadSpec(
+        "endpoint-picker-template-env-from-a-secret",
+        picker(env=[{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "someone-elses", "key": "token"}}}]),
+        "spec.rollout.trafficRouting.inferencePool.endpointPickerTemplate.env[0].valueFrom",
+        "unknown field",
+        "unknown field",
+    ),
+    BadSpec(
+        "endpoint-picker-template-privileged-security-context",
+        picker(securityContext={"privileged": True}),
+        "spec.rollout.trafficRouting.inferencePool.endpointPickerTemplate.securityContext",
+        "unknown field",
+        "unknown field",
+    ),
+    BadSpec(
+        "endpoint-picker-template-service-account-not-a-name",
+        picker(serviceAccountName="../kube-system/admin"),
+        "spec.rollout.trafficRouting.inferencePool.endpointPickerTemplate.serviceAccountName",
+        "should match pattern",
+        "should match",
+    ),
+    BadSpec(
+        "endpoint-picker-template-without-an-image",
+        spec(rollout={"trafficRouting": {**ROUTED, "inferencePool": {"endpointPickerTemplate": {"port": 9002}}}}),
+        "spec.rollout.trafficRouting.inferencePool.endpointPickerTemplate.image",
         "required field is missing",
         "Required value",
     ),

@@ -1,6 +1,7 @@
 """What the operator may reach on a fleet's behalf, as pure functions: which Prometheus URLs a fleet may name
 (the admin's allow-list; the fleet's bearer token goes with every query), whether another namespace consents to
-its HTTPRoute being written (a Gateway API ReferenceGrant), and whether a route still sends to a Service.
+its HTTPRoute being written (a Gateway API ReferenceGrant), whether a route still sends to a Service, and whether
+the operator may write the InferencePools a fleet routes through.
 
 A fleet is written by a tenant; the operator acts with its own, wider, identity. Each function here keeps that
 identity from becoming the tenant's: a URL is admitted only under a prefix an admin listed, a route in another
@@ -13,11 +14,15 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from specfleet.api.vocabulary import GROUP, KIND
+from specfleet.api.vocabulary import GROUP, INFERENCEPOOL_API_VERSION, KIND
 
 PROMETHEUS_URL_FIELD = "spec.prometheus.url"
 NOTIFICATION_ALLOW_FLAG = "--allow-notification-url"
 ROUTE_NAMESPACE_FIELD = "spec.rollout.trafficRouting.httpRoute.namespace"
+INFERENCE_POOL_FIELD = "spec.rollout.trafficRouting.inferencePool"
+INFERENCE_POOL_CRD = (
+    "https://github.com/kubernetes-sigs/gateway-api-inference-extension/releases (manifests.yaml, InferencePool v1)"
+)
 GATEWAY_GROUP = "gateway.networking.k8s.io"
 DEFAULT_PORTS = {"http": 80, "https": 443}
 _PLAIN = frozenset(string.ascii_letters + string.digits + "-._~/:[]!$&'()*+,;=")
@@ -224,3 +229,23 @@ def references_service(
             if of_kind and ref.get("name") == service and ref.get("namespace", route_namespace) == namespace:
                 return True
     return False
+
+
+def inference_pools_refusal(*, owned: bool, served: bool) -> str | None:
+    """Why a fleet whose route sends to InferencePools is held (None: its pools can be written): the operator was
+    not started to own InferencePools (`owned`: `--inference-pools`, which the chart pairs with the permissions),
+    or the API server serves no InferencePool v1 kind (`served`). Held, the fleet's canary gets no pool and so no
+    request, and the status and a Warning event say which of the two to fix, rather than a route silently naming
+    pools nobody writes."""
+    held = "the fleet is held as it stands (no canary starts or moves) until then"
+    if not owned:
+        return (
+            f"{INFERENCE_POOL_FIELD}: this operator does not own InferencePools: start it with --inference-pools "
+            f"(the chart's value inferencePools.enabled=true, which also grants the permissions); {held}"
+        )
+    if not served:
+        return (
+            f"{INFERENCE_POOL_FIELD}: the API server serves no InferencePool kind ({INFERENCEPOOL_API_VERSION}): "
+            f"install the Gateway API Inference Extension's CRDs ({INFERENCE_POOL_CRD}); {held}"
+        )
+    return None

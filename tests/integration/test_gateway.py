@@ -30,6 +30,7 @@ from fleetkit import (
     healthy,
     outcome_of,
     promotion_of,
+    sdep,
     wait_for,
 )
 
@@ -119,10 +120,17 @@ def canary_share_at(simulator: Simulator, fleet: Fleet, weight: int) -> tuple[in
 def test_the_canary_serves_its_route_weight_of_the_gateways_requests_at_each_step(
     httproute_crd: None, operator: Operator, simulator: Simulator, fleet: Fleet
 ) -> None:
+    follows_route_weights(simulator, fleet, ROUTE, ROUTED)
+
+
+def follows_route_weights(simulator: Simulator, fleet: Fleet, route: dict[str, Any], routing: dict[str, Any]) -> None:
+    """4 replicas, 40 requests/s at the gateway, two gated steps of 25% and 50%: at each, of the requests the
+    gateway routes by the step's weights, the canary's backend (Service or pool, as `route` and `routing` say)
+    serves that share within sampling error, and none goes unserved."""
     through_gateway(simulator, fleet, load=40.0)
-    fleet.apply(ROUTE)
+    fleet.apply(route)
     steps = [{"weight": 25, "pause": {}}, {"weight": 50, "pause": {}}]
-    healthy(fleet, replicas=4, rollout={"trafficRouting": ROUTED, "steps": steps})
+    healthy(fleet, replicas=4, rollout={"trafficRouting": routing, "steps": steps, "unguarded": True})
     fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 2}})
     for step, weight in enumerate((25, 50)):
         wait_for(f"step {step + 1}'s gate", lambda: at_gate(fleet, step))  # noqa: B023 (called at once)
@@ -240,6 +248,86 @@ def test_with_inference_pools_a_bad_drafter_in_a_shadow_step_is_rolled_back_befo
     )
     rolled_back_unseen_by_users(fleet, simulator, old)
     wait_for("the canary's pool to go", lambda: "llama-canary" not in pools_of(fleet))
+
+
+@pytest.mark.timeout(600)
+def test_with_inference_pools_the_canarys_pool_serves_its_route_weight_of_the_gateways_requests_at_each_step(
+    httproute_crd: None, inference_pool_crd: None, pooling_operator: Operator, simulator: Simulator, fleet: Fleet
+) -> None:
+    """The same weighted steps with the route sending to the fleet's InferencePools: the gateway picks within each
+    pool by least queue, and the canary's pool serves the route's weight of the requests."""
+    follows_route_weights(simulator, fleet, POOL_ROUTE, POOLED)
+
+
+@pytest.mark.timeout(300)
+def test_without_the_inference_pools_flag_a_pooled_fleet_is_held_and_says_which_flag(
+    httproute_crd: None, inference_pool_crd: None, operator: Operator, fleet: Fleet
+) -> None:
+    """An operator run without `--inference-pools`: the fleet routed through pools gets no pool and no pod, its
+    SpecValid condition and a Warning event name the flag and the chart value."""
+    fleet.apply(POOL_ROUTE)
+    fleet.apply(sdep(rollout={"trafficRouting": POOLED}))
+    held = wait_for(
+        "SpecValid False",
+        lambda: next((c for c in fleet.status("llama").get("conditions", []) if c["type"] == "SpecValid"
+                      and c["status"] == "False"), None),
+    )  # fmt: skip
+    assert "--inference-pools" in held["message"] and "inferencePools.enabled" in held["message"], held
+    said = wait_for(
+        "the Warning event",
+        lambda: [e.message for e in fleet.core.list_namespaced_event(fleet.namespace).items
+                 if e.reason == "InvalidSpec" and e.type == "Warning"],
+    )  # fmt: skip
+    assert "spec.rollout.trafficRouting.inferencePool" in said[0] and "--inference-pools" in said[0]
+    assert pools_of(fleet) == set() and not [d for d in fleet.deployments() if d.startswith("llama")]
+
+
+PICKED = {
+    **ROUTED,
+    "inferencePool": {
+        "endpointPickerTemplate": {
+            "image": "registry.k8s.io/gateway-api-inference-extension/epp:v1.0.0",
+            "args": ["--config-file", "/config/plugins.yaml"],
+            "configMap": {"name": "llm-epp-plugins"},
+        }
+    },
+}
+
+
+@pytest.mark.timeout(600)
+def test_a_picker_template_runs_a_picker_per_pool_admitted_where_pod_security_is_restricted(
+    httproute_crd: None, inference_pool_crd: None, pooling_operator: Operator, simulator: Simulator, fleet: Fleet
+) -> None:
+    """The fleet runs an endpoint picker per track's pool from the template, in a namespace whose Pod Security
+    admission enforces `restricted`: each pool names its picker's Service, the real controllers create the
+    picker's pod (kwok runs no container in it: the stand-in gateway still picks the pool's pod by least queue),
+    and the canary's picker goes with the canary."""
+    fleet.kubectl("label", "namespace", fleet.namespace, "pod-security.kubernetes.io/enforce=restricted")
+    through_gateway(simulator, fleet, load=20.0)
+    fleet.apply(POOL_ROUTE)
+    healthy(fleet, rollout={"trafficRouting": PICKED, "steps": [{"weight": 50, "pause": {}}], "unguarded": True})
+    fleet.patch_spec("llama", {"speculative": {"numSpeculativeTokens": 2}})
+    wait_for("the canary's gate", lambda: at_gate(fleet, 0))
+    for track in ("stable", "canary"):
+        pool = fleet.custom.get_namespaced_custom_object(
+            "inference.networking.k8s.io", "v1", fleet.namespace, "inferencepools", f"llama-{track}"
+        )
+        assert pool["spec"]["endpointPickerRef"]["name"] == f"llama-epp-{track}"
+        picker = fleet.apps.read_namespaced_deployment(f"llama-epp-{track}", fleet.namespace)
+        assert picker.spec.template.spec.containers[0].args[:2] == ["--pool-name", f"llama-{track}"]
+        assert fleet.core.read_namespaced_service(f"llama-epp-{track}", fleet.namespace).spec.ports[0].port == 9002
+        wait_for(
+            f"the {track} picker's pod admitted",
+            lambda: fleet.pods(f"specfleet.io/endpoint-picker=llama-epp-{track}"),  # noqa: B023 (called at once)
+        )
+    served = wait_for(
+        "the canary's pool to serve",
+        lambda: backend(gateway(simulator)[0], fleet, "llama-canary")["served"] > 0,
+    )
+    assert served
+    fleet.annotate("llama", "specfleet.io/abort", "now")
+    wait_for("the canary's picker to go", lambda: "llama-epp-canary" not in fleet.deployments(), timeout=120)
+    assert "llama-epp-stable" in fleet.deployments()
 
 
 def pools_of(fleet: Fleet) -> set[str]:

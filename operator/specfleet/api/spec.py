@@ -14,7 +14,7 @@ from pydantic import AfterValidator, Field, JsonValue, WithJsonSchema
 from specfleet.api.base import ApiModel, Rule
 from specfleet.api.custom_guardrails import CUSTOM_RULE, MAX_CUSTOM_GUARDRAILS, CustomGuardrail
 from specfleet.api.durations import DURATION_PATTERN, LONGEST, bounded_duration, parse_duration
-from specfleet.api.template import PodTemplate
+from specfleet.api.template import LocalObjectReference, Name, PodTemplate, ResourceRequirements
 from specfleet.api.vocabulary import SERVING_FIELDS
 from specfleet.hardware import GPU_RESOURCE
 
@@ -841,12 +841,96 @@ class EndpointPickerRef(ApiModel):
     to a pod of the pool the gateway picks itself."""
 
 
+PICKER_FLAGS = ("pool-name", "pool-namespace", "pool-group", "grpc-port", "grpc-health-port", "metrics-port")
+"""The endpoint picker's flags specfleet sets itself: which pool it serves, and the ports its Service and probes use."""
+PICKER_FLAG_PATTERN = f"^--?({'|'.join(PICKER_FLAGS)})(=|$)"
+PICKER_DEFAULT_PORT = 9002
+
+PickerArg = Annotated[str, Field(min_length=1, max_length=1024, pattern=r"^[^\r\n]*$")]
+
+
+class EndpointPickerTemplate(ApiModel):
+    """An endpoint picker the fleet runs for each of its pools, as the Inference Extension's `inferencepool` chart
+    deploys one beside its pool: a Deployment and a Service `<name>-epp-<track>` (`<name>-epp-stable`,
+    `-canary` while a canary runs, `-holdback`), owned by the fleet and deleted with the track, started with
+    `--pool-name <name>-<track> --pool-namespace <namespace>`, one pod each. Its pods meet the Pod Security Standard
+    `restricted` whatever is set here (non-root, no privilege escalation, all capabilities dropped, RuntimeDefault
+    seccomp); the environment is plain values, as the vLLM container's `engine.env`. Not part of the revision: a
+    change is applied to every track's picker in place."""
+
+    image: Annotated[str, Field(min_length=1, max_length=512, pattern=r"^[^\s]+$")]
+    """The picker's image, e.g. `registry.k8s.io/gateway-api-inference-extension/epp:v1.0.0`."""
+    args: Annotated[list[PickerArg], Field(max_length=64)] = []
+    """Flags after specfleet's (e.g. `--config-file /config/plugins.yaml`, `-v 2`). The flags specfleet sets are
+    refused: `--pool-name`, `--pool-namespace`, `--pool-group`, `--grpc-port`, `--grpc-health-port`,
+    `--metrics-port`."""
+    env: Annotated[list[EnvVar], Field(max_length=32)] = []
+    """Plain environment variables of the picker container (`NAMESPACE` is specfleet's: the pod's namespace)."""
+    port: Annotated[int, Field(ge=1, le=65535)] = PICKER_DEFAULT_PORT
+    """Its ext-proc (gRPC) port (`--grpc-port`): the Service's port, and the pools' `endpointPickerRef.port`."""
+    failure_mode: EndpointPickerFailureMode = EndpointPickerFailureMode.FAIL_CLOSE
+    """What the gateway does when the picker does not answer (the pools' `endpointPickerRef.failureMode`)."""
+    service_account_name: Name | None = None
+    """The pickers' ServiceAccount: a picker watches its pool and the pool's pods, so it needs one bound to a Role
+    that may get, list and watch `pods` and `inferencepools` (the extension's chart makes such a Role). Its token
+    is mounted as that ServiceAccount's `automountServiceAccountToken` says, as for the vLLM pods. Unset: the
+    namespace's `default`, with no token (a picker without one cannot watch its pool)."""
+    image_pull_secrets: Annotated[list[LocalObjectReference], Field(max_length=16)] = []
+    """Secrets holding registry credentials for the picker's image."""
+    config_map: LocalObjectReference | None = None
+    """A ConfigMap mounted read-only at `/config` (the picker's plugins configuration: name the file with
+    `--config-file /config/<key>` in `args`)."""
+    resources: ResourceRequirements = ResourceRequirements()
+    """The picker container's CPU and memory requests and limits."""
+
+    rules = (
+        Rule(
+            cel=f"!has(self.args) || self.args.all(a, !a.matches('{PICKER_FLAG_PATTERN}'))",
+            message="args must not set --pool-name, --pool-namespace, --pool-group, --grpc-port, --grpc-health-port "
+            "or --metrics-port: specfleet sets them (each picker serves its track's pool, on the ports its Service "
+            "and probes use)",
+            field_path=".args",
+            holds=lambda t: not [a for a in t.args if re.match(PICKER_FLAG_PATTERN, a)],
+        ),
+        Rule(
+            cel="!has(self.env) || self.env.all(e, e.name != 'NAMESPACE')",
+            message="env must not set NAMESPACE: specfleet sets it to the pod's namespace, where the picker's pool is",
+            field_path=".env",
+            holds=lambda t: "NAMESPACE" not in {e.name for e in t.env},
+        ),
+    )
+
+
 class InferencePoolRouting(ApiModel):
     """The route's backends are InferencePools (group `inference.networking.k8s.io`, v1), one per track, made and
     owned by the fleet and named like the track Services (`<name>-stable`, `-canary`, `-holdback`): each selects
-    its track's pods by the track label on the serving port, so a canary's pods never join stable's pool."""
+    its track's pods by the track label on the serving port, so a canary's pods never join stable's pool. Each
+    pool names its own endpoint picker: pickers you run (`endpointPickerRef`) or pickers the fleet renders
+    from `endpointPickerTemplate`, exactly one of the two."""
 
-    endpoint_picker_ref: EndpointPickerRef
+    endpoint_picker_ref: EndpointPickerRef | None = None
+    """The endpoint pickers you run, one per track's pool: Services in the fleet's namespace, the pool of track `t`
+    naming `<endpointPickerRef.name>-<t>`."""
+    endpoint_picker_template: EndpointPickerTemplate | None = None
+    """An endpoint picker the fleet runs for each of its pools, `<name>-epp-<track>`, rendered from this template."""
+
+    rules = (
+        Rule(
+            cel="has(self.endpointPickerRef) != has(self.endpointPickerTemplate)",
+            message="inferencePool needs exactly one of endpointPickerRef (the pickers you run) and "
+            "endpointPickerTemplate (a picker the fleet runs per pool)",
+            holds=lambda r: (r.endpoint_picker_ref is None) != (r.endpoint_picker_template is None),
+        ),
+    )
+
+    def picker(self, fleet: str) -> EndpointPickerRef:
+        """What the pools name: the user's pickers, or the fleet's own (`<fleet>-epp`, each pool `-<track>`)."""
+        if self.endpoint_picker_ref is not None:
+            return self.endpoint_picker_ref
+        template = self.endpoint_picker_template
+        if template is None:  # the rule refuses a spec naming neither
+            raise ValueError("trafficRouting.inferencePool names no endpoint picker")
+        return EndpointPickerRef(name=f"{fleet}-epp", port=template.port, failure_mode=template.failure_mode)
 
 
 class TrafficRouting(ApiModel):

@@ -28,6 +28,9 @@ ALWAYS_SERVED = "always"
 LABEL_PREFLIGHT = "specfleet.io/preflight"
 """On a preflight Job and its pods: the fleet it checks for (not `specfleet.io/name`, which the fleet's Service
 selects on)."""
+LABEL_ENDPOINT_PICKER = "specfleet.io/endpoint-picker"
+"""On an endpoint picker's pods (`trafficRouting.inferencePool.endpointPickerTemplate`): its name, which its Service
+selects on. Not `specfleet.io/name` or a track: no Service or pool of the fleet may select a picker."""
 FIELD_MANAGER = "specfleet"
 INFERENCE_GROUP = "inference.networking.k8s.io"
 INFERENCEPOOL_API_VERSION = f"{INFERENCE_GROUP}/v1"

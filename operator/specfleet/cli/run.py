@@ -128,7 +128,7 @@ def run(
         typer.Option(
             help="Own the InferencePools of fleets with spec.rollout.trafficRouting.inferencePool (watch, create, "
             "patch, delete inferencepools; the chart's inferencePools.enabled). Off: none is watched or written, "
-            "and such a fleet's canary gets no request from the route.",
+            "and such a fleet is held (SpecValid False, a Warning event naming this flag).",
         ),
     ] = False,
 ) -> None:

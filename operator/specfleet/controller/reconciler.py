@@ -65,6 +65,7 @@ from specfleet.reach import (
     ROUTE_NAMESPACE_FIELD,
     UrlPrefix,
     grants_route,
+    inference_pools_refusal,
     prometheus_allow_list,
     prometheus_refusal,
     references_service,
@@ -74,8 +75,10 @@ from specfleet.render.manifests import (
     Manifest,
     child_name,
     deployment,
+    endpoint_picker,
     fleet_selector,
     inference_pool,
+    picker_name,
     route_rules,
     service,
 )
@@ -127,7 +130,7 @@ class Reconciler:
     a template it refuses makes the spec invalid, and nothing is rendered from it."""
     inference_pools: bool = False
     """`specfleet run --inference-pools`: own the InferencePools of fleets with `trafficRouting.inferencePool`;
-    without it none is written (and the route gives such a fleet's canary no request)."""
+    without it none is written, and such a fleet is held saying so (`reach.inference_pools_refusal`)."""
     threads: Executor | None = None
     """Where blocking calls (the Kubernetes client, Prometheus) run: one thread per worker, so `--workers`
     objects are reconciled at once. None: asyncio's default pool, which has only cores + 4 threads."""
@@ -324,6 +327,9 @@ class Reconciler:
             observation = _with_problem(observation, f"objects not created by specfleet already use the names {names}")
         if unconsented is not None:  # hold everything, the route above all: the operator may not write it
             observation = _with_problem(observation, unconsented)
+        unpooled = await self._blocking(self._pools_refused, sdep)
+        if unpooled is not None:  # no pool can be written: hold rather than route to pools nobody writes
+            observation = _with_problem(observation, unpooled)
         refused = self._refused.get(key)
         if refused is not None and refused[0] == sdep.metadata.generation:
             observation = _with_problem(observation, refused[1])
@@ -629,18 +635,22 @@ class Reconciler:
         delete the Deployments and Services the decision no longer wants. A draining canary the decision
         keeps stays, and so do a canary and ended slices the fleet Service, as last observed, may still send
         to (see `_canary_still_selected`), and a track's Service that its HTTPRoute still sends to (see
-        `_still_routed`)."""
+        `_still_routed`). A track's endpoint picker (`endpointPickerTemplate`) stays as long as its pool does."""
         keep = {(m["kind"], m["metadata"]["name"]) for m in wanted}
         still_selected = self._canary_still_selected(sdep, children)
         if decision.keep_canary or still_selected:
-            canary = child_name(sdep, Track.CANARY)
+            canary, picker = child_name(sdep, Track.CANARY), picker_name(sdep, Track.CANARY)
             keep |= {("Deployment", canary), ("Service", canary), ("InferencePool", canary)}
+            keep |= {("Deployment", picker), ("Service", picker)}  # the pool kept names it
         if still_selected and not decision.candidates:  # the slices ended: they go once the Service left them
             prefix = f"{child_name(sdep, Track.CANDIDATE)}-"
             keep |= {("Deployment", name) for name in children.get("Deployment", {}) if name.startswith(prefix)}
-        for kind in ("Service", "InferencePool"):
-            keep |= self._still_routed(key, body, sdep, kind, keep, children.get(kind, {}))
-        self._delete_unwanted(key, sdep, keep, children)
+        keep |= self._still_routed(key, body, sdep, "Service", keep, children.get("Service", {}))
+        routed_pools = self._still_routed(key, body, sdep, "InferencePool", keep, children.get("InferencePool", {}))
+        for track in SINGLE_TRACKS:  # a pool kept for its route keeps the picker it may name
+            if ("InferencePool", child_name(sdep, track)) in routed_pools:
+                keep |= {("Deployment", picker_name(sdep, track)), ("Service", picker_name(sdep, track))}
+        self._delete_unwanted(key, sdep, keep | routed_pools, children)
 
     def _still_routed(
         self, key: Key, body: dict[str, Any], sdep: SpeculativeDeployment, kind: str, keep: set[tuple[str, str]],
@@ -747,6 +757,14 @@ class Reconciler:
         routing = sdep.spec.rollout.traffic_routing
         return bool(routing and routing.http_route) and self.kube.has_kind(HTTPROUTE_API_VERSION, "HTTPRoute")
 
+    def _pools_refused(self, sdep: SpeculativeDeployment) -> str | None:
+        """Why the InferencePools the fleet's route sends to cannot be written (None: they can, or it names none)."""
+        routing = sdep.spec.rollout.traffic_routing
+        if routing is None or routing.inference_pool is None:
+            return None
+        served = self.inference_pools and self.kube.has_kind(INFERENCEPOOL_API_VERSION, "InferencePool")
+        return inference_pools_refusal(owned=self.inference_pools, served=served)
+
     def _pooled(self, sdep: SpeculativeDeployment) -> EndpointPickerRef | None:
         """The endpoint picker of the fleet's InferencePools when the route's backends are InferencePools (named in
         the spec beside the route, `--inference-pools`, and both CRDs installed); None: no pool is written."""
@@ -756,7 +774,7 @@ class Reconciler:
             return None
         if not self.kube.has_kind(INFERENCEPOOL_API_VERSION, "InferencePool"):
             return None
-        return pools.endpoint_picker_ref
+        return pools.picker(sdep.metadata.name)
 
     def _backend_kind(self, sdep: SpeculativeDeployment) -> BackendKind:
         routing = sdep.spec.rollout.traffic_routing
@@ -766,6 +784,9 @@ class Reconciler:
         users_on_canary = decision.canary_traffic and not decision.canary_mirror  # a shadow step serves none
         children = [service(sdep, canary_traffic=users_on_canary, holdback_traffic=decision.holdback_traffic)]
         routed, pooled = self._routed(sdep), self._pooled(sdep)
+        routing = sdep.spec.rollout.traffic_routing
+        pools = routing.inference_pool if routing is not None else None
+        picker_template = pools.endpoint_picker_template if pools is not None else None
         with_holdback = Track.HOLDBACK in decision.targets
         for track, target in decision.targets.items():
             serving = sdep.model_copy(update={"spec": sdep.spec.with_serving(target.serving)})
@@ -775,6 +796,8 @@ class Reconciler:
                 children.append(service(sdep, track, route=self._route_name(sdep)))
             if pooled is not None:
                 children.append(inference_pool(sdep, track, pooled, route=self._route_name(sdep)))
+            if pooled is not None and picker_template is not None:
+                children += endpoint_picker(sdep, track, picker_template)
         for index, target in decision.candidates:
             serving = sdep.model_copy(update={"spec": sdep.spec.with_serving(target.serving)})
             children.append(deployment(serving, Track.CANDIDATE, target.revision, target.replicas, candidate=index))

@@ -18,6 +18,7 @@ from specfleet.api.problems import InvalidSpecError, Problem
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.spec import (
     EndpointPickerRef,
+    EndpointPickerTemplate,
     HeaderMatch,
     SpeculativeDeploymentSpec,
     SpeculativeMethod,
@@ -32,6 +33,7 @@ from specfleet.api.vocabulary import (
     INFERENCEPOOL_API_VERSION,
     KIND,
     LABEL_CANDIDATE,
+    LABEL_ENDPOINT_PICKER,
     LABEL_NAME,
     LABEL_REVISION,
     LABEL_TRACK,
@@ -51,6 +53,11 @@ BackendKind = Literal["Service", "InferencePool"]
 DEFAULT_IMAGE_REPOSITORY = "ghcr.io/specfleet/vllm-rocm"
 HF_HOME = "/cache/huggingface"
 SERVING_UID = 1000
+PICKER_UID = 65532
+"""The endpoint picker's user: distroless `nonroot`, as the Inference Extension's image runs."""
+PICKER_HEALTH_PORT = 9003
+PICKER_METRICS_PORT = 9090
+PICKER_CONFIG_PATH = "/config"
 REVISION_LENGTH = 10
 
 
@@ -356,6 +363,100 @@ def inference_pool(
             },
         },
     }
+
+
+def picker_name(sdep: SpeculativeDeployment, track: Track) -> str:
+    """The endpoint picker the fleet runs for a track's pool: its Deployment and Service."""
+    return f"{sdep.metadata.name}-epp-{track.value}"
+
+
+def endpoint_picker(sdep: SpeculativeDeployment, track: Track, template: EndpointPickerTemplate) -> list[Manifest]:
+    """The Deployment and Service of the endpoint picker of one track's InferencePool, from the user's template, as
+    the Inference Extension's chart deploys one: started on that pool alone (`--pool-name`, `--pool-namespace`), its
+    ext-proc port behind the Service the pool names (`endpointPickerRef`), gRPC health probes. The pod meets Pod
+    Security `restricted` whatever the template says (the template has no field that could relax it), and has no
+    ServiceAccount token unless the template names a ServiceAccount, whose own setting then decides, as the vLLM
+    pods. Its pods carry neither the fleet's name nor a track label, so no Service or pool of the fleet selects
+    them; the Deployment and Service carry the fleet's name, so the operator owns and prunes them as its other
+    children."""
+    name = picker_name(sdep, track)
+    selector = {LABEL_ENDPOINT_PICKER: name}
+    pod_labels = {**_common_labels(sdep), "app.kubernetes.io/name": "endpoint-picker", **selector}
+    labels = {**pod_labels, LABEL_NAME: sdep.metadata.name}
+    pool = child_name(sdep, track)
+    probe = {"grpc": {"port": PICKER_HEALTH_PORT, "service": "inference-extension"}, "periodSeconds": 10}
+    ours = ["--pool-name", pool, "--pool-namespace", sdep.metadata.namespace, "--grpc-port", str(template.port)]
+    ours += ["--grpc-health-port", str(PICKER_HEALTH_PORT), "--metrics-port", str(PICKER_METRICS_PORT)]
+    container: Manifest = {
+        "name": "epp",
+        "image": template.image,
+        "args": [*ours, *template.args],
+        "ports": [
+            {"name": "grpc", "containerPort": template.port, "protocol": "TCP"},
+            {"name": "grpc-health", "containerPort": PICKER_HEALTH_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": PICKER_METRICS_PORT, "protocol": "TCP"},
+        ],
+        "env": [
+            *(e.model_dump(mode="json") for e in template.env),
+            {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        ],
+        "readinessProbe": probe,
+        "livenessProbe": {**probe, "initialDelaySeconds": 5},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "runAsNonRoot": True,
+        },
+    }
+    resources = template.resources
+    if resources.requests or resources.limits:
+        container["resources"] = {
+            part: {k: str(v) for k, v in values.items()}
+            for part, values in (("requests", resources.requests), ("limits", resources.limits))
+            if values
+        }
+    pod_spec: Manifest = {
+        "containers": [container],
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": PICKER_UID,
+            "runAsGroup": PICKER_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": 130,  # the extension's: as long as the longest request it may be routing
+    }
+    if template.service_account_name:  # the picker watches its pool with this identity: the ServiceAccount's own
+        pod_spec["serviceAccountName"] = template.service_account_name  # automount setting decides, never widened
+        del pod_spec["automountServiceAccountToken"]
+    if template.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [ref.model_dump(mode="json") for ref in template.image_pull_secrets]
+    if template.config_map is not None:
+        pod_spec["volumes"] = [{"name": "config", "configMap": {"name": template.config_map.name}}]
+        container["volumeMounts"] = [{"name": "config", "mountPath": PICKER_CONFIG_PATH, "readOnly": True}]
+    deployment_ = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": child_metadata(sdep, name, labels),
+        "spec": {
+            "replicas": 1,  # one per pool: several need the picker's own leader election and other probes
+            "selector": {"matchLabels": selector},
+            "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
+        },
+    }
+    ext_proc = {"name": "grpc-ext-proc", "port": template.port, "targetPort": "grpc", "protocol": "TCP"}
+    ports = [  # as the extension's chart names them: gateways find the ext-proc port by its protocol
+        {**ext_proc, "appProtocol": "http2"},
+        {"name": "http-metrics", "port": PICKER_METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"},
+    ]
+    service_ = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": child_metadata(sdep, name, labels),
+        "spec": {"type": "ClusterIP", "selector": selector, "ports": ports},
+    }
+    return [deployment_, service_]
 
 
 def canary_replicas(total: int, weight: int) -> int:

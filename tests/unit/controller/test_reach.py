@@ -8,6 +8,7 @@ from specfleet.reach import (
     UrlRefusedError,
     admitted,
     grants_route,
+    inference_pools_refusal,
     parse_prefix,
     prometheus_allow_list,
     prometheus_refusal,
@@ -168,3 +169,19 @@ def test_a_route_to_another_services_namespace_or_kind_is_no_reference() -> None
     assert references_service(pooled, "team-a", "llama-stable", pool)
     assert not references_service(pooled, "team-a", "llama-stable")  # a pool is not the Service of that name
     assert not references_service(route({"name": "llama-stable"}), "team-a", "llama-stable", pool)
+
+
+def test_pools_the_operator_does_not_own_hold_the_fleet_naming_the_flag_and_the_chart_value() -> None:
+    said = inference_pools_refusal(owned=False, served=True)
+    assert said is not None and said.startswith("spec.rollout.trafficRouting.inferencePool: ")
+    assert "--inference-pools" in said and "inferencePools.enabled=true" in said and "held" in said
+    assert inference_pools_refusal(owned=False, served=False) == said  # the flag first: no CRD looked for
+
+
+def test_pools_whose_crd_is_not_served_hold_the_fleet_naming_the_crd() -> None:
+    said = inference_pools_refusal(owned=True, served=False)
+    assert said is not None and "inference.networking.k8s.io/v1" in said and "CRDs" in said and "held" in said
+
+
+def test_pools_owned_and_served_are_not_refused() -> None:
+    assert inference_pools_refusal(owned=True, served=True) is None

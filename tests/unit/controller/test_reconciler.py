@@ -18,7 +18,7 @@ from prometheus_client import REGISTRY
 from urllib3.exceptions import MaxRetryError, NewConnectionError
 
 from specfleet.api.resource import SpeculativeDeployment
-from specfleet.api.spec import EndpointPickerRef
+from specfleet.api.spec import EndpointPickerRef, EndpointPickerTemplate
 from specfleet.api.status import Phase, SpeculativeDeploymentStatus
 from specfleet.api.vocabulary import LABEL_NAME, LABEL_REVISION, LABEL_TRACK, Command, Track
 from specfleet.controller import reconciler as reconciler_module
@@ -30,7 +30,7 @@ from specfleet.controller.sinks import SINKS
 from specfleet.controller.store import Store
 from specfleet.hardware import GPU_RESOURCE, MI300X, PRODUCT_NAME_LABEL
 from specfleet.notify.targets import parse_targets
-from specfleet.render.manifests import deployment, inference_pool, revision, service
+from specfleet.render.manifests import deployment, endpoint_picker, inference_pool, revision, service
 from specfleet.rollout import Decision, Observation, decide
 from specfleet.rollout.types import NO_PROMETHEUS, GpuRequest, GpuRoom
 
@@ -328,10 +328,14 @@ def test_a_shadow_step_mirrors_on_the_route_and_keeps_the_fleet_service_on_stabl
 POOLED = {"httpRoute": {"name": "llm"}, "inferencePool": {"endpointPickerRef": {"name": "llm-epp", "port": 9002}}}
 
 
-def pooled_world(kinds: set[str]) -> tuple[Store, BodyRecordingKube]:
+PICKED = {**POOLED, "inferencePool": {"endpointPickerTemplate": {"image": "epp:v1", "serviceAccountName": "epp"}}}
+"""The same pools, with endpoint pickers the fleet renders from a template."""
+
+
+def pooled_world(kinds: set[str], routing: dict[str, Any] = POOLED) -> tuple[Store, BodyRecordingKube]:
     """A canary at a shadow step whose route `llm` sends to the InferencePool `<name>-stable`."""
     shadow = {"steps": [{"mirror": 50, "pause": {}}], "analysis": {"interval": "1m"}}
-    store, _ = canary_world(rollout={**shadow, "trafficRouting": POOLED})
+    store, _ = canary_world(rollout={**shadow, "trafficRouting": routing})
     kube = BodyRecordingKube()
     kube.kinds = kinds
     stable = {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": f"{KEY[1]}-stable", "port": 8000}
@@ -346,10 +350,21 @@ def pooling(kube: RecordingKube, store: Store, enabled: bool = True) -> Reconcil
     return Reconciler(kube, store, WorkQueue(), clock=lambda: NOW, inference_pools=enabled)  # type: ignore[arg-type]
 
 
-def test_without_the_inference_pools_flag_no_pool_is_written() -> None:
+def held_for(kube: BodyRecordingKube) -> str:
+    """The SpecValid=False message the fleet's last status write holds it with (and its Warning event's)."""
+    status = kube.status_writes[-1][0]
+    [spec_valid] = [c for c in status["conditions"] if c["type"] == "SpecValid" and c["status"] == "False"]
+    assert "InvalidSpec" in kube.events and status["phase"] == "Degraded"
+    return str(spec_valid["message"])
+
+
+def test_without_the_inference_pools_flag_the_pooled_fleet_is_held_saying_which_flag() -> None:
     store, kube = pooled_world({"HTTPRoute", "InferencePool"})
     reconcile(kube, store, pooling(kube, store, enabled=False))
-    assert not [w for w in kube.writes if "InferencePool" in w[1:3]]
+    assert not [w for w in kube.writes if "InferencePool" in w[1:3]] and route_writes(kube) == []
+    said = held_for(kube)
+    assert "spec.rollout.trafficRouting.inferencePool" in said and "--inference-pools" in said
+    assert "inferencePools.enabled" in said
 
 
 def test_a_pooled_fleet_owns_a_pool_per_track_and_mirrors_to_the_canary_pool_on_the_route() -> None:
@@ -367,12 +382,40 @@ def test_a_pooled_fleet_owns_a_pool_per_track_and_mirrors_to_the_canary_pool_on_
     ]
 
 
-def test_without_the_inferencepool_crd_no_pool_is_written_and_the_route_sends_no_user_to_the_canary() -> None:
+def test_a_picker_template_runs_a_picker_per_pool_that_its_pool_names_and_they_go_when_it_goes() -> None:
+    store, kube = pooled_world({"HTTPRoute", "InferencePool"}, PICKED)
+    reconcile(kube, store, pooling(kube, store))
+    made = {(b["kind"], b["metadata"]["name"]) for b in kube.bodies if "kind" in b}
+    pickers = {f"{KEY[1]}-epp-stable", f"{KEY[1]}-epp-canary"}
+    assert {(kind, name) for name in pickers for kind in ("Deployment", "Service")} <= made
+    pools = {b["metadata"]["name"]: b["spec"] for b in kube.bodies if b.get("kind") == "InferencePool"}
+    assert {pool["endpointPickerRef"]["name"] for pool in pools.values()} == pickers
+    sdep = SpeculativeDeployment.from_mapping(store.sdeps[KEY])
+    for track in (Track.STABLE, Track.CANARY):
+        for manifest in endpoint_picker(sdep, track, picker_of(sdep)):
+            manifest["metadata"]["uid"] = f"uid-{manifest['kind']}-{manifest['metadata']['name']}"
+            store.put_child(manifest["kind"], manifest, deleted=False)
+    ref = {"endpointPickerRef": {"name": "llm-epp", "port": 9002}}  # the user runs their own pickers now
+    routing = {"inferencePool": {"endpointPickerTemplate": None, **ref}}
+    changed = {"spec": {"rollout": {"trafficRouting": routing}}, "metadata": {"resourceVersion": "12", "generation": 3}}
+    store.put_sdep(merged(store.sdeps[KEY], changed), deleted=False)
+    reconcile(kube, store, pooling(kube, store))
+    deleted = {(w[1], w[2]) for w in kube.writes if w[0] == "delete"}
+    assert {(kind, name) for name in pickers for kind in ("Deployment", "Service")} <= deleted
+
+
+def picker_of(sdep: SpeculativeDeployment) -> EndpointPickerTemplate:
+    routing = sdep.spec.rollout.traffic_routing
+    template = routing.inference_pool.endpoint_picker_template if routing and routing.inference_pool else None
+    assert template is not None
+    return template
+
+
+def test_without_the_inferencepool_crd_the_pooled_fleet_is_held_and_the_route_left_alone() -> None:
     store, kube = pooled_world({"HTTPRoute"})
     reconcile(kube, store, pooling(kube, store))
-    assert not [w for w in kube.writes if "InferencePool" in w[1:3]]
-    [rules] = [b["spec"]["rules"] for b in kube.bodies if "rules" in b.get("spec", {})]
-    assert [r["weight"] for r in rules[0]["backendRefs"]] == [100]
+    assert not [w for w in kube.writes if "InferencePool" in w[1:3]] and route_writes(kube) == []
+    assert "serves no InferencePool kind" in held_for(kube)
 
 
 def test_a_route_in_another_namespace_is_not_touched_without_a_reference_grant_and_the_fleet_says_why() -> None:

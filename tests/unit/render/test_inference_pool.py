@@ -3,12 +3,24 @@ InferencePools: weighted per step and mirrored in a shadow step, as with the tra
 stand-in gateway."""
 
 import random
+import re
+from typing import Any
 
-from specfleet.api.spec import EndpointPickerRef
+import yaml
+from hypothesis import HealthCheck, assume, given, settings
+from pydantic import ValidationError
+
+from specfleet.api.problems import InvalidSpecError
+from specfleet.api.resource import SpeculativeDeployment
+from specfleet.api.spec import PICKER_FLAG_PATTERN, EndpointPickerRef
 from specfleet.api.vocabulary import LABEL_NAME, LABEL_TRACK, Track
-from specfleet.render.manifests import inference_pool, route_rules
+from specfleet.render.manifests import Manifest, endpoint_picker, inference_pool, route_rules
+from specfleet.render.policy import TemplatePolicy, template_problems
 from specfleet_workshop.sim.gateway import INFERENCE_POOL, Backend, parse_rules, route_request
 
+from bad_specs import picker
+from repokit import ROOT
+from schema_strategies import from_schema
 from speckit import sdep
 
 PICKER = EndpointPickerRef(name="llm-epp", port=9002)
@@ -70,3 +82,90 @@ def test_the_stand_in_gateway_serves_users_from_stable_pool_and_copies_to_the_ca
     assert all(d.served is not None and d.served[0] == stable for d in deliveries)
     copies = sum(1 for d in deliveries if d.mirrored == ((canary, "c0"),))
     assert abs(copies - 1000) <= 4 * (2000 * 0.25) ** 0.5  # half of them, within 4 standard errors
+
+
+PICKER_CRD = yaml.safe_load((ROOT / "crds" / "specfleet.io_speculativedeployments.yaml").read_text())
+TEMPLATE_SCHEMA = PICKER_CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][
+    "rollout"
+]["properties"]["trafficRouting"]["properties"]["inferencePool"]["properties"]["endpointPickerTemplate"]
+EPP_IMAGE = "registry.k8s.io/gateway-api-inference-extension/epp:v1.0.0"
+
+
+def picked(**template: Any) -> SpeculativeDeployment:
+    """A fleet whose InferencePools' endpoint pickers it renders from `template` (with an image)."""
+    return sdep(picker(**template))
+
+
+def rendered_picker(fleet: SpeculativeDeployment, track: Track) -> tuple[Manifest, Manifest]:
+    routing = fleet.spec.rollout.traffic_routing
+    assert routing is not None and routing.inference_pool is not None
+    template = routing.inference_pool.endpoint_picker_template
+    assert template is not None
+    deployment, service = endpoint_picker(fleet, track, template)
+    return deployment, service
+
+
+def test_a_picker_template_renders_a_picker_per_track_serving_that_tracks_pool_alone() -> None:
+    fleet = picked(args=["--config-file", "/config/plugins.yaml"], configMap={"name": "epp-plugins"})
+    routing = fleet.spec.rollout.traffic_routing
+    assert routing is not None and routing.inference_pool is not None
+    for track in (Track.STABLE, Track.CANARY, Track.HOLDBACK):
+        deployment, service = rendered_picker(fleet, track)
+        name = f"llama-eagle3-epp-{track.value}"
+        assert deployment["kind"] == "Deployment" and service["kind"] == "Service"
+        assert deployment["metadata"]["name"] == service["metadata"]["name"] == name
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        assert container["image"] == EPP_IMAGE
+        assert container["args"][:4] == ["--pool-name", f"llama-eagle3-{track.value}", "--pool-namespace", "default"]
+        assert container["args"][-2:] == ["--config-file", "/config/plugins.yaml"]  # the user's flags last
+        ports = [(p["name"], p["port"]) for p in service["spec"]["ports"]]
+        assert ports == [("grpc-ext-proc", 9002), ("http-metrics", 9090)]
+        pool = inference_pool(fleet, track, routing.inference_pool.picker(fleet.metadata.name))
+        assert pool["spec"]["endpointPickerRef"] == {"name": name, "port": {"number": 9002}, "failureMode": "FailClose"}
+
+
+def test_no_service_or_pool_of_the_fleet_selects_a_picker_and_the_pickers_service_selects_it_alone() -> None:
+    fleet = picked()
+    deployment, service = rendered_picker(fleet, Track.CANARY)
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert LABEL_NAME not in labels and LABEL_TRACK not in labels  # the fleet's selectors all need its name
+    assert service["spec"]["selector"].items() <= labels.items()
+    assert deployment["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
+    stable_picker, _ = rendered_picker(fleet, Track.STABLE)
+    assert not service["spec"]["selector"].items() <= stable_picker["spec"]["template"]["metadata"]["labels"].items()
+    assert deployment["metadata"]["labels"][LABEL_NAME] == "llama-eagle3"  # owned and pruned as a child of the fleet
+
+
+def test_a_picker_without_a_service_account_gets_no_token_and_one_named_gets_its_own_setting() -> None:
+    plain, _ = rendered_picker(picked(), Track.STABLE)
+    assert plain["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+    assert "serviceAccountName" not in plain["spec"]["template"]["spec"]
+    named, _ = rendered_picker(picked(serviceAccountName="llm-epp"), Track.STABLE)
+    pod = named["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "llm-epp" and "automountServiceAccountToken" not in pod
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(template=from_schema(TEMPLATE_SCHEMA))
+def test_every_admitted_picker_template_renders_a_pod_security_restricted_pod_with_plain_env(
+    template: dict[str, Any],
+) -> None:
+    """Whatever a tenant puts in the template: the picker pod meets Pod Security `restricted` (judged by the same
+    checks as a vLLM pod's template), its env holds no Secret, and it is the pool's picker, not another's."""
+    try:
+        fleet = picked(**template)
+    except (ValidationError, InvalidSpecError):
+        assume(False)
+        raise
+    deployment, _ = rendered_picker(fleet, Track.CANARY)
+    pod = deployment["spec"]["template"]
+    assert template_problems(pod, TemplatePolicy.RESTRICTED) == []
+    [container] = pod["spec"]["containers"]
+    assert all("secretKeyRef" not in str(env.get("valueFrom", "")) for env in container["env"])
+    namespace = {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}
+    assert [env for env in container["env"] if env["name"] == "NAMESPACE"] == [namespace]  # where its pool is
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    ours = ["--pool-name", "--pool-namespace", "--grpc-port", "--grpc-health-port", "--metrics-port"]
+    assert [a for a in container["args"] if re.match(PICKER_FLAG_PATTERN, a)] == ours  # none of them twice
+    assert container["args"][1] == "llama-eagle3-canary"
