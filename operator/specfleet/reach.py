@@ -18,7 +18,8 @@ from specfleet.api.vocabulary import GROUP, INFERENCEPOOL_API_VERSION, KIND
 
 PROMETHEUS_URL_FIELD = "spec.prometheus.url"
 NOTIFICATION_ALLOW_FLAG = "--allow-notification-url"
-ROUTE_NAMESPACE_FIELD = "spec.rollout.trafficRouting.httpRoute.namespace"
+ROUTE_FIELD = "spec.rollout.trafficRouting.httpRoute"
+ROUTE_NAMESPACE_FIELD = f"{ROUTE_FIELD}.namespace"
 INFERENCE_POOL_FIELD = "spec.rollout.trafficRouting.inferencePool"
 INFERENCE_POOL_CRD = (
     "https://github.com/kubernetes-sigs/gateway-api-inference-extension/releases (manifests.yaml, InferencePool v1)"
@@ -229,6 +230,19 @@ def references_service(
             if of_kind and ref.get("name") == service and ref.get("namespace", route_namespace) == namespace:
                 return True
     return False
+
+
+def http_route_refusal(*, served: bool) -> str | None:
+    """Why a fleet whose traffic an HTTPRoute splits is held (None: the route can be written): the API server
+    serves no HTTPRoute kind. Split by replica ratio instead, a weighted step would give the canary another share
+    than the spec says and a shadow step no mirrored request, so the fleet waits and says which CRD to install."""
+    if served:
+        return None
+    return (
+        f"{ROUTE_FIELD}: the API server serves no HTTPRoute kind ({GATEWAY_GROUP}/v1): install Gateway API's CRDs "
+        "(standard channel), or remove httpRoute to split by replica ratio; the fleet is held as it stands (no canary "
+        "starts or moves) until then"
+    )
 
 
 def inference_pools_refusal(*, owned: bool, served: bool) -> str | None:

@@ -65,6 +65,7 @@ from specfleet.reach import (
     ROUTE_NAMESPACE_FIELD,
     UrlPrefix,
     grants_route,
+    http_route_refusal,
     inference_pools_refusal,
     prometheus_allow_list,
     prometheus_refusal,
@@ -327,9 +328,9 @@ class Reconciler:
             observation = _with_problem(observation, f"objects not created by specfleet already use the names {names}")
         if unconsented is not None:  # hold everything, the route above all: the operator may not write it
             observation = _with_problem(observation, unconsented)
-        unpooled = await self._blocking(self._pools_refused, sdep)
-        if unpooled is not None:  # no pool can be written: hold rather than route to pools nobody writes
-            observation = _with_problem(observation, unpooled)
+        unrouted = await self._blocking(self._traffic_refused, sdep)
+        if unrouted is not None:  # no route or pool can be written: hold rather than split traffic otherwise
+            observation = _with_problem(observation, unrouted)
         refused = self._refused.get(key)
         if refused is not None and refused[0] == sdep.metadata.generation:
             observation = _with_problem(observation, refused[1])
@@ -757,9 +758,14 @@ class Reconciler:
         routing = sdep.spec.rollout.traffic_routing
         return bool(routing and routing.http_route) and self.kube.has_kind(HTTPROUTE_API_VERSION, "HTTPRoute")
 
-    def _pools_refused(self, sdep: SpeculativeDeployment) -> str | None:
-        """Why the InferencePools the fleet's route sends to cannot be written (None: they can, or it names none)."""
+    def _traffic_refused(self, sdep: SpeculativeDeployment) -> str | None:
+        """Why the route or the InferencePools the fleet's traffic goes through cannot be written (None: they can,
+        or it names none)."""
         routing = sdep.spec.rollout.traffic_routing
+        if routing is not None and routing.http_route is not None:
+            refused = http_route_refusal(served=self.kube.has_kind(HTTPROUTE_API_VERSION, "HTTPRoute"))
+            if refused is not None:
+                return refused
         if routing is None or routing.inference_pool is None:
             return None
         served = self.inference_pools and self.kube.has_kind(INFERENCEPOOL_API_VERSION, "InferencePool")

@@ -418,6 +418,19 @@ def test_without_the_inferencepool_crd_the_pooled_fleet_is_held_and_the_route_le
     assert "serves no InferencePool kind" in held_for(kube)
 
 
+def test_without_the_httproute_crd_a_routed_fleet_is_held_not_split_by_replica_ratio() -> None:
+    """Split by replica ratio instead, a weighted step would give the canary another share than the spec says,
+    and a shadow step no mirrored request at all: held, the status says which CRD is missing."""
+    store, _ = canary_world(rollout={**STEPS, "trafficRouting": {"httpRoute": {"name": "llm"}}})
+    kube = BodyRecordingKube()
+    kube.kinds = set()
+    reconcile(kube, store)
+    said = held_for(kube)
+    assert "spec.rollout.trafficRouting.httpRoute" in said and "serves no HTTPRoute kind" in said
+    services = [b for b in kube.bodies if b.get("kind") == "Service" and b["metadata"]["name"] == KEY[1]]
+    assert all(b["spec"]["selector"].get("specfleet.io/track") == "stable" for b in services), services
+
+
 def test_a_route_in_another_namespace_is_not_touched_without_a_reference_grant_and_the_fleet_says_why() -> None:
     store, kube = routed_world(ROUTES_NS)
     reconcile(kube, store)
