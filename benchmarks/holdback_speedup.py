@@ -5,7 +5,8 @@ speculation (`rollout.holdback: {replicas: 1}`), and traffic that grows: 8 reque
 35. Every 5 minutes (`analysis.window`) the operator's fleet look is replayed (that window, in 6 slices,
 `judge.speedup` at 99%); the oracle says what the window's load converges to. The first look after which
 the upper bound stayed below 1 for `--looks` looks in a row is when `SpeculationPaying` turns False. Also
-printed: what the holdback costs (the fleet's mean per-token latency with it against stable's alone).
+printed: what the holdback costs (the fleet's mean per-token latency with it against stable's alone), and the
+bounds of the per-pod load ratio the speed-up stands on (it counts as paying only where they are within 1.25x).
 
     python benchmarks/holdback_speedup.py [--plot docs/holdback-speedup.png] [--json out.json]
 """
@@ -22,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from specfleet.api.spec import Guardrails
 from specfleet.judge import TrackEvidence, speedup
+from specfleet.judge.speedup import comparable
 from specfleet_workshop.sim.engine import Engine
 from specfleet_workshop.sim.oracle import Setup, token_latency
 
@@ -44,6 +46,9 @@ class Look:
     oracle: float
     fleet_cost: float | None
     """The fleet's mean per-token latency with the holdback / with every pod on stable's config, minus 1."""
+    load_lower: float | None = None
+    load_upper: float | None = None
+    """Bounds of stable's per-pod load / the holdback's: a speed-up counts only where both are within 1.25x."""
 
 
 def oracle(load: float) -> float:
@@ -99,7 +104,17 @@ def run(phases: tuple[tuple[int, float], ...] = PHASES, seed: int = 1) -> list[L
                 )
                 cost = with_holdback / s.token_latency_mean - 1
             looks.append(
-                Look(int(elapsed // 60), load, measured.estimate, measured.lower, measured.upper, oracle(load), cost)
+                Look(
+                    int(elapsed // 60),
+                    load,
+                    measured.estimate,
+                    measured.lower,
+                    measured.upper,
+                    oracle(load),
+                    cost,
+                    measured.load_lower,
+                    measured.load_upper,
+                )
             )
     return looks
 
@@ -169,6 +184,12 @@ def main() -> None:
         estimate = f"{look.estimate:.3f}" if look.estimate is not None else "-"
         cost = f"{look.fleet_cost:+.1%}" if look.fleet_cost is not None else "-"
         print(f"| {look.minute} | {look.load:g} | {estimate} | {bounds} | {look.oracle:.3f} | {cost} |")
+    bounded = [(look.load_lower, look.load_upper) for look in looks if look.load_lower and look.load_upper]
+    shown = sum(comparable(lower, upper) for lower, upper in bounded)
+    if bounded:
+        lowest, highest = min(b[0] for b in bounded), max(b[1] for b in bounded)
+        print(f"\nper-pod load stable / holdback, 99% bounds: {lowest:.2f}x at the lowest, {highest:.2f}x at the "
+              f"highest; shown comparable (both within 1.25x) at {shown} of {len(looks)} looks")  # fmt: skip
     change = sum(minutes for minutes, _ in PHASES[:-1])
     print(f"\nSpeculationPaying=False at minute {flagged} ({args.looks} looks in a row); last load change at {change}")
     if args.plot:

@@ -56,9 +56,12 @@ def _log_beta(a: float, b: float) -> float:
 SHOWS_WITHIN_SHAPE = 0.5
 """Shape `a` of the mixture that bounds a share from above, Beta(0.5, 0.5 / scale): most of its weight near 0,
 its mean at the scale, so a clean track is shown under a limit of that scale in few requests."""
-SHOWS_PAST_SHAPE = 4.0
-"""Shape `a` of the mixture that bounds a share from below, Beta(4, 2 / scale): its weight around twice the
-scale, where a share past a limit of that scale should be caught soonest."""
+SHOWS_PAST_SHAPE = 32.0
+"""Shape `a` of the mixture that bounds a share from below, Beta(32, 16 / scale): its mean at twice the scale,
+where a share past a limit of that scale should be caught soonest, and its spread (~18% of it) a share's
+standard error at about 1,700 requests, where a share at twice a 1-point limit is shown past it (a mixture's
+bound is tightest where its spread matches the estimate's). Beta(4, 2 / scale), spread half its mean,
+needed ~10% more requests there (benchmarks/error_bounds.py)."""
 _ITERATIONS = 200
 _PRECISION = 1e-9
 """Relative precision of a bound (its figures are shown to three)."""
@@ -81,7 +84,7 @@ def binomial_sequence_bounds(successes: float, trials: float, budget: float, sca
     threshold = math.log(1 / budget)
     rate, failures = successes / trials, trials - successes
     within = (SHOWS_WITHIN_SHAPE, SHOWS_WITHIN_SHAPE / scale)
-    past = (SHOWS_PAST_SHAPE, 2 / scale)
+    past = (SHOWS_PAST_SHAPE, SHOWS_PAST_SHAPE / (2 * scale))
 
     def edge(inside: float, outside: float, prior: tuple[float, float]) -> float:
         """Where the log-mixture crosses the threshold between a rate inside the sequence's set and one outside

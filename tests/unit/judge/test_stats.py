@@ -188,6 +188,25 @@ def test_errors_as_counts_show_a_clean_canary_within_a_point_sooner_than_a_norma
     assert 700 < counts < 900
 
 
+def test_a_canary_at_twice_the_error_limit_is_shown_past_it_near_what_knowing_its_rate_would_need() -> None:
+    """2% errors against a clean stable with 1.5x the canary's requests (two canary pods beside three stable):
+    the lower bound's mixture, centred at twice the limit with the spread of a rate measured on ~1,700
+    requests, shows it past 1 point within 1.2x the requests Wald's sequential test needs on average when it
+    knows the rate is 2% (log(1 / e) / KL(2% || 1%), ~1,710 at the judge's per-side error of 0.00125), which
+    no mixture can beat on these counts (none exceeds the likelihood ratio at the observed rate)."""
+    budget, limit, rate = 0.00125, 0.01, 0.02
+    divergence = rate * math.log(rate / limit) + (1 - rate) * math.log((1 - rate) / (1 - limit))
+    wald = math.log(1 / budget) / divergence
+
+    def past(n: int) -> bool:
+        canary = binomial_sequence_bounds(rate * n, n, budget, limit)
+        stable = binomial_sequence_bounds(0, 1.5 * n, budget, limit)
+        return difference_bounds(rate, canary, 0.0, stable)[0] > limit
+
+    counts = next(n for n in range(500, 5000, 5) if past(n))
+    assert wald < counts < 1.2 * wald
+
+
 def test_a_bernoulli_sequence_reads_fractional_counts_and_says_nothing_without_trials() -> None:
     assert binomial_sequence_bounds(0, 0, 0.01, 0.01) == (0.0, 1.0)
     lower, upper = binomial_sequence_bounds(12.5, 1000.4, 0.01, 0.01)
