@@ -3,7 +3,7 @@
 Stable's four pods run on two fake 8-GPU nodes of a product only this fleet accepts, the canary's two on two
 nodes of another (the canary's spec moves it there, which is its only change: an A/A canary). Mid-step one
 node of a track is deleted with its pods, as a lost machine's are, and the track's Deployment brings them back
-on the track's other node.
+on the track's other node, where it loads for LOADING_SECONDS before it is Ready.
 """
 
 from dataclasses import dataclass
@@ -17,6 +17,9 @@ from specfleet_workshop.devcluster.nodes import pool_of_its_own
 from fleetkit import EAGLE3_K5, ROLLOUT, Fleet, sdep, wait_for
 
 NAME = "llama"
+LOADING_SECONDS = 20
+"""Seconds a pod stays unready after it is scheduled (kwok's pod-ready delay), as a model loads: a replaced
+pod leaves its track short for that long, as on a real cluster (instant replacements would leave no gap)."""
 
 
 @dataclass(frozen=True)
@@ -54,11 +57,15 @@ def remove_pools(core: kubernetes.client.CoreV1Api, pools: Pools) -> None:
 
 
 def fleet_on(product: str, pause_seconds: int) -> dict[str, Any]:
-    """Four replicas of one product's GPUs, one step at 50% (two canary pods) holding `pause_seconds`."""
+    """Four replicas of one product's GPUs whose pods load for LOADING_SECONDS, one step at 50% (two canary pods)
+    holding `pause_seconds`."""
     rollout = {**ROLLOUT, "steps": [{"weight": 50, "pause": {"duration": f"{pause_seconds}s"}}]}
     document = sdep(name=NAME, replicas=4, speculative=EAGLE3_K5, rollout=rollout)
     document["spec"]["engine"] = {"tensorParallelSize": 1}
     document["spec"]["accelerator"] = {"productNames": [product]}
+    document["spec"]["template"] = {
+        "metadata": {"annotations": {"pod-ready.stage.kwok.x-k8s.io/delay": f"{LOADING_SECONDS}s"}}
+    }
     return document
 
 
