@@ -200,8 +200,9 @@ def _wait_for_canary(p: Pass) -> Pass | Decided:
     canary that crashes after hours gets the rest of its budget and a flapping one still ends. Ready
     canary pods keep their traffic once the canary has served (a later step, or after a crash), so
     capacity does not drop while the new step's pods load. A step that was Ready keeps its evidence and
-    its Ready time (`step_ready_seconds`, which its pause counts) while its pods are replaced; nothing is
-    judged meanwhile, and the next look, once they are all Ready again, reads across the gap.
+    its Ready time (`step_ready_seconds`, which its pause counts) while its pods are replaced: the watch goes
+    on while its Ready pods serve (a failure it finds counts), no analysis is asked for, and the next one, once
+    they are all Ready again, reads across the gap.
     """
     spec, obs, status, wanted = p.spec, p.obs, p.status, step_replicas(p)
     canary = obs.track(Track.CANARY)
@@ -231,6 +232,12 @@ def _wait_for_canary(p: Pass) -> Pass | Decided:
     served = status.canary_weight > 0 or moving
     p = p.but(canary_traffic=served and canary.revision == status.canary_revision and canary.ready > 0)
     reason, waiting = "CanaryStarting", canary.unschedulable or f"{canary.ready}/{wanted} canary replicas ready"
+    if p.canary_traffic and p.judged and p.status.evidence_since is not None and not _paused_after_failure(p):
+        # a step that was Ready and still serves on its Ready pods: the watch goes on (it can only fail them)
+        watched = _watch(p)
+        if isinstance(watched, Decided):
+            return watched
+        p = watched
     request = _capacity_request(p, wanted, moving)
     room = obs.room if request is not None and obs.room is not None and obs.room.request == request else None
     if room is not None and not room.fits:

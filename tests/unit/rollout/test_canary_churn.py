@@ -11,6 +11,7 @@ from datetime import timedelta
 
 from specfleet.api.status import Outcome, Phase, Verdict
 from specfleet.render.manifests import revision
+from specfleet.rollout.types import Watch
 
 from rolloutkit import Fleet, analysis, healthy_fleet
 
@@ -55,6 +56,7 @@ def test_a_lost_canary_pod_keeps_the_steps_evidence() -> None:
     assert fleet.status.step_ready_at is None and fleet.status.step_ready_seconds == 40
     assert not waiting.analysis_due and fleet.status.phase is Phase.PROGRESSING
     assert waiting.canary_traffic, "the Ready canary pod keeps serving the step's weight meanwhile"
+    assert waiting.watch_due, "and the watch goes on looking at it"
     fleet.wait(20)
     fleet.canary = replace(fleet.canary, ready=2)
     back = fleet.step()
@@ -113,3 +115,23 @@ def test_a_new_revision_during_the_loss_starts_fresh_evidence() -> None:
     fleet.step()
     assert fleet.status.canary_revision == revision(fleet.spec)
     assert fleet.status.evidence_since is None and fleet.status.step_ready_seconds == 0
+
+
+def test_a_failure_the_watch_finds_while_a_pod_is_replaced_rolls_back() -> None:
+    fleet = canary_of_two_pods({**ONE_STEP, "analysis": {"failureLimit": 0}})
+    fleet.now += timedelta(seconds=40)
+    fleet.canary = replace(fleet.canary, ready=1)
+    fleet.step()
+    fleet.wait(10)
+    assert fleet.status.canary_revision is not None
+    found = analysis(fleet, Verdict.FAIL, acceptance=0.3)
+    decision = fleet.step_with(watch=Watch(fleet.status.canary_revision, failure=found))
+    assert fleet.status.phase is Phase.ROLLED_BACK and not decision.canary_traffic
+
+
+def test_a_step_that_never_served_is_not_watched_while_its_pods_start() -> None:
+    fleet = healthy_fleet(replicas=4, rollout=ONE_STEP)
+    fleet.guarded = True
+    fleet.change(replicas=4, rollout=ONE_STEP, speculative={"numSpeculativeTokens": 2})
+    starting = fleet.step()
+    assert not starting.canary_traffic and not starting.watch_due
