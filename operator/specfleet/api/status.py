@@ -547,7 +547,8 @@ class SpeculativeDeploymentStatus(ApiModel):
     step_started_at: datetime | None = None
     """When the current step began; its canary replicas must be Ready within the progress deadline from here."""
     step_ready_at: datetime | None = None
-    """When the current step's canary replicas were all Ready: its pause and analyses count from here."""
+    """When the current step's canary replicas were all Ready (again, after pods were replaced): its pause counts
+    the Ready time from here, on top of `stepReadySeconds`. Unset while fewer are Ready."""
     canary_started_at: datetime | None = None
     """When the current canary started."""
     canary_unguarded: bool = False
@@ -563,7 +564,8 @@ class SpeculativeDeploymentStatus(ApiModel):
     """Analyses of the current canary revision so far (the next one is look `analyses + 1`)."""
     evidence_since: datetime | None = None
     """Earliest moment the next analysis may read evidence from: when the current step's canary replicas
-    were all Ready, or the last counted failure (so each failure counts new evidence only)."""
+    were first all Ready, or the last counted failure (so each failure counts new evidence only). Kept while
+    the step's canary pods are replaced: a replaced pod costs its own samples, not the step's."""
     unjudged_since: datetime | None = None
     """Start of the current run of inconclusive or errored analyses."""
     no_data_seconds: int = 0
@@ -579,8 +581,9 @@ class SpeculativeDeploymentStatus(ApiModel):
     """When pods move within `rollout.maxSurge`: the last time the step's canary gained a Ready pod. Its progress
     deadline counts from here (as a Deployment's does), so a large step swapped pod by pod is not cut short."""
     step_ready_seconds: int = 0
-    """Time the current step's canary replicas were all Ready before they last lost readiness: the progress
-    deadline is pushed back by it, so it bounds the step's total not-Ready time (a flapping canary ends)."""
+    """Time the current step's canary replicas were all Ready before they last lost readiness: the step's
+    pause counts it, and the progress deadline is pushed back by it, so it bounds the step's total not-Ready
+    time (a flapping canary ends)."""
     retiring_revision: Annotated[str, Field(max_length=63)] | None = None
     """A canary that left the rollout (aborted, rolled back, promoted, reverted) whose Deployment is kept
     until its traffic has drained: taken off traffic first (once stable has a Ready pod), deleted later."""

@@ -103,7 +103,6 @@ def evidence(
     (Prometheus' now when None), each series counted on its own between its samples (`scrape` seconds apart:
     `counting_range`), with the readings of the `custom` guardrails."""
     counting = counting_range(seconds, scrape)
-    r = counting.length
     counters = {
         field: provider.scalar(promql.increase(metric, selector, counting), at)
         for field, metric in promql.COUNTERS.items()
@@ -136,7 +135,9 @@ def evidence(
         accepted_per_position=tuple(per_position[str(p)] for p in positions)
         if positions == list(range(len(positions)))
         else (),
-        request_rate_per_pod=tuple(provider.by_label(promql.request_rate_by_pod(selector, r), "pod", at).values()),
+        request_rate_per_pod=tuple(
+            provider.by_label(promql.request_rate_by_pod(selector, counting), "pod", at).values()
+        ),
         seconds=seconds,
         custom={g.name: _custom(provider, g, selector, counting, at) for g in custom},
     )

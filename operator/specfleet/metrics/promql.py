@@ -57,6 +57,11 @@ class Range:
     length: str
     step: str
 
+    @property
+    def step_seconds(self) -> int:
+        """The step in seconds (`seconds` writes whole seconds)."""
+        return int(self.step.removesuffix("s"))
+
 
 def counted(series: str, r: Range) -> str:
     """Each series' increase over the range, counted between its own samples `r.step` apart: a series that
@@ -92,9 +97,15 @@ def accepted_by_position(s: TrackSelector, r: Range) -> str:
     return increase_by("position", names.ACCEPTED_PER_POSITION, s, r)
 
 
-def request_rate_by_pod(s: TrackSelector, r: str) -> str:
-    """Finished requests per second of each pod: the per-pod load the two tracks are compared at."""
-    return f"sum by ({names.POD}) (rate({names.REQUEST_SUCCESS}{s.matchers()}[{r}]))"
+def request_rate_by_pod(s: TrackSelector, r: Range) -> str:
+    """Finished requests per second of each pod over the part of the range it was scraped in: the per-pod load
+    the two tracks are compared at. Its requests are counted between its own samples (`counted`) and divided
+    by the steps that had a sample one step before, so a pod that came or went inside the range (a node lost)
+    reads its own rate: a `rate` over the whole range read it, and so its track, as a lighter one."""
+    x = names.REQUEST_SUCCESS + s.matchers()
+    served = f"sum by ({names.POD}) ({counted(x, r)})"
+    steps = f"max by ({names.POD}) (count_over_time(({x} and {x} offset {r.step})[{r.length}:{r.step}]))"
+    return f"{served} / ({steps} > 0) / {r.step_seconds}"
 
 
 def waiting_growth(s: TrackSelector, r: str) -> str:

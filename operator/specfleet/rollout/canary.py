@@ -209,16 +209,24 @@ def _wait_for_canary(p: Pass) -> Pass | Decided:
     The deadline bounds the step's total not-Ready time: time the canary was Ready pushes it back, so a
     canary that crashes after hours gets the rest of its budget and a flapping one still ends. Ready
     canary pods keep their traffic once the canary has served (a later step, or after a crash), so
-    capacity does not drop while the new step's pods load.
+    capacity does not drop while the new step's pods load. A step that was Ready keeps its evidence and
+    its Ready time (`step_ready_seconds`, which its pause counts) while its pods are replaced: the watch goes
+    on while its Ready pods serve (a failure it finds counts), no analysis is asked for, and the next one, once
+    they are all Ready again, reads across the gap.
     """
     spec, obs, status, wanted = p.spec, p.obs, p.status, step_replicas(p)
     canary = obs.track(Track.CANARY)
     if canary.revision == status.canary_revision and canary.ready >= wanted:
         return p
     if status.step_ready_at is not None:
+        # The step's evidence stays while the same revision's pods are replaced (a node lost): each pod's
+        # series counts on its own, so a replaced pod costs its own samples, not the step's.
+        same = canary.revision == status.canary_revision
         ready_for = max(0, int((obs.now - status.step_ready_at).total_seconds()))
         p = p.with_status(
-            step_ready_at=None, evidence_since=None, step_ready_seconds=status.step_ready_seconds + ready_for
+            step_ready_at=None,
+            evidence_since=status.evidence_since if same else None,
+            step_ready_seconds=status.step_ready_seconds + ready_for,
         )
     moving = budget(spec) is not None
     if moving and canary.revision == status.canary_revision and canary.ready > status.ready_replicas.canary:
@@ -234,6 +242,12 @@ def _wait_for_canary(p: Pass) -> Pass | Decided:
     served = status.canary_weight > 0 or moving
     p = p.but(canary_traffic=served and canary.revision == status.canary_revision and canary.ready > 0)
     reason, waiting = "CanaryStarting", canary.unschedulable or f"{canary.ready}/{wanted} canary replicas ready"
+    if p.canary_traffic and p.judged and p.status.evidence_since is not None and not _paused_after_failure(p):
+        # a step that was Ready and still serves on its Ready pods: the watch goes on (it can only fail them)
+        watched = _watch(p)
+        if isinstance(watched, Decided):
+            return watched
+        p = watched
     request = _capacity_request(p, wanted, moving)
     room = obs.room if request is not None and obs.room is not None and obs.room.request == request else None
     if room is not None and not room.fits:
@@ -278,9 +292,12 @@ def _room_advice(p: Pass) -> str:
 
 
 def _serve(p: Pass) -> Pass:
-    """Every canary replica of the step is Ready: it takes traffic, and this step's evidence starts now."""
+    """Every canary replica of the step is Ready: it takes traffic, and this step's evidence starts now (or
+    goes on, when pods of a step that was Ready were replaced)."""
     p = p.but(canary_traffic=True)
-    return p.with_status(step_ready_at=p.obs.now, evidence_since=p.obs.now) if p.status.step_ready_at is None else p
+    if p.status.step_ready_at is not None:
+        return p
+    return p.with_status(step_ready_at=p.obs.now, evidence_since=p.status.evidence_since or p.obs.now)
 
 
 def _end_step(p: Pass) -> Pass | Decided:
@@ -329,7 +346,7 @@ def _hold_step(p: Pass) -> Pass | Decided:
     if p.measuring:  # a candidate is measured over a whole analysis window
         pause = max(pause, parse_duration(p.spec.rollout.analysis.window))
     assert p.status.step_ready_at is not None
-    ends = p.status.step_ready_at + pause
+    ends = p.status.step_ready_at + pause - timedelta(seconds=p.status.step_ready_seconds)  # Ready time only
     passed = _analysis_passed_this_step(p)
     if now >= ends and not passed and p.judged and _no_baseline(p):
         until = (
@@ -354,13 +371,14 @@ def _hold_step(p: Pass) -> Pass | Decided:
 def _analysis_passed_this_step(p: Pass) -> bool:
     """Unguarded canaries advance on pauses alone; guarded ones need a Pass on evidence from this step only.
 
-    The Pass's evidence must start no earlier than the moment the step's canary replicas were all Ready
-    and span at least one analysis interval (or the whole window, if shorter); an experiment's candidate
-    needs the whole window, the evidence its measurements are read from.
+    The Pass's evidence must start no earlier than the step's evidence (`evidence_since`: when the step's
+    canary replicas were first all Ready, or its last counted failure) and span at least one analysis
+    interval (or the whole window, if shorter); an experiment's candidate needs the whole window, the
+    evidence its measurements are read from.
     """
     if not p.judged:
         return True
-    last, started = p.status.last_analysis, p.status.step_ready_at
+    last, started = p.status.last_analysis, p.status.evidence_since
     if last is None or last.revision != p.status.canary_revision or last.verdict is not Verdict.PASS:
         return False
     if started is None:

@@ -55,7 +55,7 @@ def test_each_guardrail_reads_metrics_the_analysis_queries() -> None:
         *promql.gauges(selector, promql.Range("60s", "5s")).values(),
         promql.finished_by_reason(selector, promql.Range("60s", "5s")),
         promql.accepted_by_position(selector, promql.Range("60s", "5s")),
-        promql.request_rate_by_pod(selector, "60s"),
+        promql.request_rate_by_pod(selector, promql.Range("60s", "5s")),
     ]
     for g in GUARDRAILS:
         assert g.metrics, g.name

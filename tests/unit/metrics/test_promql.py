@@ -63,7 +63,6 @@ def test_every_division_is_by_a_count_kept_only_when_positive() -> None:
 
 def test_finished_requests_are_split_by_reason_and_load_by_pod() -> None:
     assert promql.finished_by_reason(SELECTOR, R).startswith("sum by (finished_reason) (sum_over_time(")
-    assert promql.request_rate_by_pod(SELECTOR, "5m").startswith("sum by (pod) (rate(vllm:request_success_total{")
 
 
 def test_alert_rules_are_well_formed() -> None:
@@ -157,6 +156,23 @@ def test_each_series_is_counted_between_its_own_samples(tmp_path: Path) -> None:
         {"labels": '{pod="gone"}', "value": 12},
         {"labels": '{pod="restarted"}', "value": 34},  # 1 before the restart, 0 at it, 11 x 3 after
     ]
+    assert _evaluated(tmp_path, series, expr, "100s", expected) == ""
+
+
+def test_each_pods_load_is_read_over_the_time_it_was_scraped(tmp_path: Path) -> None:
+    """Two pods at 0.2 requests/s; one lost at 50 s and its replacement serving from 60 s at the same rate:
+    each reads 0.2/s over its own part of the range, so neither is a lighter pod and the track is not a lighter
+    one (a `rate` over the whole range read the lost pod and its replacement at about half). At 100 s over
+    60 s read 5 s apart, as `counted`."""
+    m = SELECTOR.matchers()[1:-1]
+    total = "vllm:request_success_total"
+    series = {
+        f'{total}{{{m},pod="kept",finished_reason="stop"}}': "0+1x30",
+        f'{total}{{{m},pod="lost",finished_reason="stop"}}': "0+1x10 stale",
+        f'{total}{{{m},pod="new",finished_reason="stop"}}': "_x12 0+1x16",
+    }
+    expr = promql.request_rate_by_pod(SELECTOR, promql.Range("60s", "5s"))
+    expected = [{"labels": f'{{pod="{pod}"}}', "value": 0.2} for pod in ("kept", "lost", "new")]
     assert _evaluated(tmp_path, series, expr, "100s", expected) == ""
 
 

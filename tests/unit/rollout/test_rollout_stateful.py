@@ -70,8 +70,11 @@ class RolloutMachine(RuleBasedStateMachine):
         self.given_for: dict[tuple[str, str], str | None] = {}
         self.removed: tuple[str, ...] = ()
         self.removed_values: dict[str, str] = {}
-        self.passes: list[tuple[str, int, datetime, datetime]] = []
-        """Qualifying Passes fed: (revision, step, evidence start, time)."""
+        self.passes: list[tuple[str, int, datetime | None, datetime]] = []
+        """Qualifying Passes fed: (revision, step, when the step started, time)."""
+        self.first_ready: dict[tuple[str | None, int | None, datetime | None], datetime] = {}
+        """When each step (revision, index, start) first had all its canary pods Ready: its evidence may start there
+        and go on while pods are replaced."""
         self.rejected: set[str] = set()
         self.open: set[str] = set()
         self.counter = 0
@@ -120,6 +123,8 @@ class RolloutMachine(RuleBasedStateMachine):
         decision = decide(self.spec, before, self._observe(analysis))
         self._check_transition(before, decision)
         self.status, self.last = decision.status, decision
+        if decision.status.step_ready_at is not None:
+            self.first_ready.setdefault(self._step(decision.status), decision.status.step_ready_at)
         self.removed = decision.done_commands
         self.removed_values = {k: self.commands[k] for k in decision.done_commands if k in self.commands}
         for key in decision.done_commands:
@@ -216,10 +221,10 @@ class RolloutMachine(RuleBasedStateMachine):
             verdict=verdict,
             evidence_seconds=evidence,
         )
-        ready_at = self.status.step_ready_at
+        ready_at = self.first_ready.get(self._step(self.status))
         start = self.now - timedelta(seconds=evidence)
         if verdict is Verdict.PASS and ready_at is not None and start >= ready_at and evidence >= 60:
-            self.passes.append((canary, self.status.current_step or 0, start, self.now))
+            self.passes.append((canary, self.status.current_step or 0, self.status.step_started_at, self.now))
         self._decide(analysis)
 
     @rule(seconds=st.sampled_from([1, 10, 59, 60, 120, 601, 3600]))
@@ -293,11 +298,14 @@ class RolloutMachine(RuleBasedStateMachine):
             assert reason == "all steps passed", reason
             assert self._passed(before), "promoted without a Pass on the last step's own evidence"
 
+    @staticmethod
+    def _step(status: SpeculativeDeploymentStatus) -> tuple[str | None, int | None, datetime | None]:
+        return status.canary_revision, status.current_step, status.step_started_at
+
     def _passed(self, before: SpeculativeDeploymentStatus) -> bool:
-        ready_at = before.step_ready_at
-        return ready_at is not None and any(
-            rev == before.canary_revision and step == before.current_step and start >= ready_at
-            for rev, step, start, _ in self.passes
+        """A Pass fed during this step, on evidence from no earlier than its canary pods were first all Ready."""
+        return before.step_ready_at is not None and any(
+            (rev, step, started) == self._step(before) for rev, step, started, _ in self.passes
         )
 
     def _given_for(self, command: Command, revision_: str, acked: set[str]) -> None:
