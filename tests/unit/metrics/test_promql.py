@@ -1,13 +1,8 @@
 """PromQL building: selectors escape label values and pick exactly one track at one revision."""
 
-import shutil
-import subprocess
 from pathlib import Path
-from typing import Any
 
-import pytest
-import yaml
-
+from promtoolkit import evaluated
 from specfleet.metrics import promql
 from specfleet.metrics.alerts import RULES
 from specfleet_workshop.sim.engine import Metrics
@@ -110,34 +105,6 @@ def test_every_series_the_judge_reads_is_one_the_simulator_exposes() -> None:
     assert read - exposed == set()
 
 
-def _promtool() -> str:
-    promtool = shutil.which("promtool") or "/usr/bin/promtool"
-    if not Path(promtool).exists():
-        pytest.fail("promtool missing: run .ci/install-system-deps (Debian's prometheus package ships it)")
-    return promtool
-
-
-def _evaluated(tmp_path: Path, series: dict[str, str], expr: str, at: str, expected: list[dict[str, Any]]) -> str:
-    """promtool's unit test of `expr` at `at` over `series` scraped every 5 s: '' when it answers `expected`."""
-    (tmp_path / "rules.yaml").write_text("groups: []\n")
-    test = {
-        "rule_files": ["rules.yaml"],
-        "evaluation_interval": "5s",
-        "tests": [
-            {
-                "interval": "5s",
-                "input_series": [{"series": s, "values": v} for s, v in series.items()],
-                "promql_expr_test": [{"expr": expr, "eval_time": at, "exp_samples": expected}],
-            }
-        ],
-    }
-    (tmp_path / "test.yaml").write_text(yaml.safe_dump(test))
-    result = subprocess.run(
-        [_promtool(), "test", "rules", "test.yaml"], capture_output=True, text=True, timeout=60, cwd=tmp_path
-    )
-    return "" if result.returncode == 0 else result.stdout + result.stderr
-
-
 def test_each_series_is_counted_between_its_own_samples(tmp_path: Path) -> None:
     """A pod scraped all along counts what it served in the range; one that started inside it counts from its
     first sample (not from zero, not stretched to the range's start); one gone counts up to its last sample;
@@ -156,7 +123,7 @@ def test_each_series_is_counted_between_its_own_samples(tmp_path: Path) -> None:
         {"labels": '{pod="gone"}', "value": 12},
         {"labels": '{pod="restarted"}', "value": 34},  # 1 before the restart, 0 at it, 11 x 3 after
     ]
-    assert _evaluated(tmp_path, series, expr, "100s", expected) == ""
+    assert evaluated(tmp_path, series, expr, "100s", expected) == ""
 
 
 def test_each_pods_load_is_read_over_the_time_it_was_scraped(tmp_path: Path) -> None:
@@ -173,7 +140,7 @@ def test_each_pods_load_is_read_over_the_time_it_was_scraped(tmp_path: Path) -> 
     }
     expr = promql.request_rate_by_pod(SELECTOR, promql.Range("60s", "5s"))
     expected = [{"labels": f'{{pod="{pod}"}}', "value": 0.2} for pod in ("kept", "lost", "new")]
-    assert _evaluated(tmp_path, series, expr, "100s", expected) == ""
+    assert evaluated(tmp_path, series, expr, "100s", expected) == ""
 
 
 def test_the_watch_reads_every_field_of_a_track_in_one_query_labelled_by_field(tmp_path: Path) -> None:
@@ -190,4 +157,4 @@ def test_the_watch_reads_every_field_of_a_track_in_one_query_labelled_by_field(t
         {"labels": f'{{{field}="finished",finished_reason="stop"}}', "value": 2},  # pod b has no sample 10 s ago
         {"labels": f'{{{field}="finished_by_pod",pod="a"}}', "value": 2},
     ]
-    assert _evaluated(tmp_path, series, expr, "55s", expected) == ""
+    assert evaluated(tmp_path, series, expr, "55s", expected) == ""
