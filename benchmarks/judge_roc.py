@@ -13,6 +13,9 @@ Prometheus' `increase()` would hold them (exact: no scrape jitter), and the oper
 - each analysis judges everything since the step's Ready (cumulative evidence: confidence-sequence
   bounds), with the trailing `window` as a fail-only `Recent` check once the evidence is longer than it;
   `steps` = 1, the default guardrails, `confidence` 0.99, `failureLimit` 0;
+- between analyses, the watch at every `TICK` (the scrape): the error guardrails over the step's whole
+  evidence on the analyses' sequence (`judge.watch`'s `whole_step`; its trailing ranges of a few scrapes are
+  not modelled);
 - a Fail rolls back at once; a Pass once the step's pause is over promotes (at the pause's end when the
   last analysis before it passed, as the operator's pass at the pause's end does); Inconclusive analyses in
   a row roll back after `onNoData.after` (its default, 30 minutes, counted from the first of them, as the
@@ -74,7 +77,7 @@ from specfleet.api.durations import parse_duration
 from specfleet.api.spec import AnalysisSpec, Guardrails
 from specfleet.api.status import Verdict
 from specfleet.hardware import MI325X
-from specfleet.judge import Judgement, Recent, TrackEvidence, judge, judged_guardrails
+from specfleet.judge import Judgement, Recent, TrackEvidence, judge, judged_guardrails, watch
 from specfleet.render.argv import FINE_ITL_BUCKETS
 from specfleet.stats import Binned, binned_sd, common_bounds, log_quantile_se, requests_to_bound, wilson_bounds, z_score
 from specfleet_workshop.devcluster.process import signals_as_interrupts
@@ -447,14 +450,27 @@ def canary(
         shots.append(cut())
         whole: tuple[TrackEvidence, TrackEvidence] | None = None
         for r in rollouts:
-            if done(r) or not r.due(t):
-                continue
-            r.pause_over(t)
-            if done(r):
+            if done(r) or (not r.due(t) and r.outcome is not None):
                 continue
             if whole is None:
                 (c_now, s_now), (c_then, s_then) = shots[i], shots[0]
                 whole = evidence(c_now, c_then, t, speculative[0]), evidence(s_now, s_then, t, speculative[1])
+            if not r.due(t):
+                watched = watch(  # the watch at this scrape of a live canary: its errors over the whole step
+                    guardrails,
+                    (),
+                    speculative=speculative[0],
+                    confidence=CONFIDENCE,
+                    steps=STEPS,
+                    same_drafter=change.same_drafter,
+                    whole_step=whole,
+                )
+                if watched is not None:
+                    r.take(t, watched)
+                continue
+            r.pause_over(t)
+            if done(r):
+                continue
             recent = None
             if t > r.setting.window:
                 (c_now, s_now), (c_then, s_then) = shots[i], shots[i - round(r.setting.window / TICK)]

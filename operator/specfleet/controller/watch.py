@@ -4,7 +4,11 @@ An analysis is due every `analysis.interval`; a canary that turns bad should not
 At each pass the shell asks Prometheus for the canary's newest sample (one small query); when it is a scrape
 the watch has not judged yet, it reads both tracks over a few trailing ranges of whole scrapes (one query per
 track and range, `promql.watch_evidence`) and lets the pure `judge.watch` look for a guardrail that surely
-failed. Nothing of it is kept in the status: a look is numbered by the scrape interval since the canary started
+failed. The error guardrails are also read over the step's whole evidence (one more query per track, finished
+requests by reason since `evidenceSince`, each pod's series counted from its first sample as the analyses count
+them) and judged on the analyses' own confidence sequence, which holds however often it is looked at: a small
+excess of errors shows only over many requests, and is failed at the scrape it shows, not the next analysis.
+Nothing of it is kept in the status: a look is numbered by the scrape interval since the canary started
 that its newest sample falls in, and each number is judged once (in memory: after a restart the interval in
 progress may be judged once more, on the same or a newer sample).
 """
@@ -18,9 +22,11 @@ from specfleet.api.durations import parse_duration
 from specfleet.api.resource import SpeculativeDeployment
 from specfleet.api.status import MAX_REASONS, Analysis, SpeculativeDeploymentStatus, Verdict
 from specfleet.api.vocabulary import Track
-from specfleet.controller.analysis import MAX_REASON, POSITION, drafters, finite_number
+from specfleet.controller.analysis import MAX_REASON, POSITION, counting_range, drafters, finite_number
 from specfleet.controller.metrics import WATCH_SECONDS, WATCHES
 from specfleet.judge import CustomReading, Recent, TrackEvidence, watch
+from specfleet.judge.canary import OVER_THE_STEP, WHOLE_STEP_GUARDRAILS
+from specfleet.judge.guardrails import GUARDRAILS
 from specfleet.metrics import promql
 from specfleet.metrics.prometheus import ProviderError, SeriesProvider
 from specfleet.rollout.types import Watch
@@ -126,6 +132,21 @@ def read(
     )
 
 
+def read_finished(
+    provider: SeriesProvider, selector: promql.TrackSelector, seconds: float, at: float, scrape: float
+) -> TrackEvidence:
+    """One track's finished requests by reason over the `seconds` before `at`, counted per series as the analyses
+    count them (`counting_range`), from one query."""
+    query = promql.finished_by_reason(selector, counting_range(seconds, scrape))
+    finished = {labels.get("finished_reason", ""): value for labels, value in provider.series(query, at)}
+    return TrackEvidence(finished=finished, seconds=seconds)
+
+
+def _watches_whole_step(sdep: SpeculativeDeployment, speculative: bool) -> bool:
+    g = sdep.spec.rollout.guardrails
+    return any(r.name in WHOLE_STEP_GUARDRAILS and r.judged(g, speculative) for r in GUARDRAILS)
+
+
 def _look(sample: float, started: datetime, scrape: float) -> int:
     """The number of the scrape interval since the canary started that a sample falls in: a look's number.
     Pods are scraped at their own moments, so one interval can hold several newest samples; only the first
@@ -169,8 +190,11 @@ def watch_canary(
             return Watch(revision, next_at=due), known  # one look a scrape interval, however many pods
         remembered = Watched(revision, sample, scrape)
         window = parse_duration(settings.window).total_seconds()
-        ranges = watch_ranges(scrape, window, sample - since.timestamp())
-        if not ranges:
+        evidence = sample - since.timestamp()
+        ranges = watch_ranges(scrape, window, evidence)
+        speculative, same_drafter = drafters(sdep, status, revision)
+        whole = evidence > 0 and _watches_whole_step(sdep, speculative)
+        if not ranges and not whole:
             return Watch(revision, next_at=due), remembered
         custom = sdep.spec.rollout.guardrails.custom
         with WATCH_SECONDS.time():
@@ -178,15 +202,24 @@ def watch_canary(
                 Recent(read(provider, canary, d, sample, custom), read(provider, stable, d, sample, custom), d, look)
                 for d in ranges
             ]
+            whole_step = (
+                (
+                    read_finished(provider, canary, evidence, sample, scrape),
+                    read_finished(provider, stable, evidence, sample, scrape),
+                )
+                if whole
+                else None
+            )
     except ProviderError:
         return retry, known
-    speculative, same_drafter = drafters(sdep, status, revision)
     judged = watch(
         sdep.spec.rollout.guardrails,
         recents,
         speculative=speculative,
         confidence=settings.confidence,
         same_drafter=same_drafter,
+        steps=len(sdep.spec.rollout.steps),
+        whole_step=whole_step,
     )
     WATCHES.labels("Fail" if judged else "None").inc()
     if judged is None:
@@ -196,7 +229,7 @@ def watch_canary(
         revision=revision,
         step=status.current_step or 0,
         look=status.analyses + 1,
-        evidence_seconds=round(ranges[0]),
+        evidence_seconds=round(ranges[0] if ranges and not judged.reasons[0].startswith(OVER_THE_STEP) else evidence),
         verdict=Verdict.FAIL,
         reasons=[r[:MAX_REASON] for r in judged.reasons[:MAX_REASONS]],
         checks=list(judged.checks),

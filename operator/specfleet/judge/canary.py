@@ -33,6 +33,11 @@ class Judgement:
 
 WATCH_SHARE = 0.5
 """The watch's share of the trailing half of the false-failure budget; the analyses' window check spends the rest."""
+WHOLE_STEP_GUARDRAILS = frozenset({"maxErrorRateIncrease", "maxErrorRate"})
+"""The guardrails a watch also checks over the step's whole evidence, on the analyses' own confidence sequence:
+errors are counts, so a whole step of them is one cheap query, and a small excess shows only over many requests."""
+OVER_THE_STEP = "over the step's"
+"""How a whole-step failure's reason starts (`watch`)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,20 @@ def _checks(look: Look, speculative: bool) -> list[Check]:
     return checks
 
 
+def _error_checks(look: Look, speculative: bool) -> list[Check]:
+    """`WHOLE_STEP_GUARDRAILS` that are on, judged as `_checks` would (nothing before `minRequests`)."""
+    g = look.guardrails
+    if look.canary.requests < g.requests_needed:
+        return []
+    return [
+        _computed(guardrail.name, partial(guardrail.check, look, limit))
+        for guardrail in GUARDRAILS
+        if guardrail.name in WHOLE_STEP_GUARDRAILS
+        and (limit := guardrail.limit(g)) is not None
+        and guardrail.judged(g, speculative)
+    ]
+
+
 def judged_guardrails(guardrails: Guardrails, speculative: bool) -> int:
     """Guardrails with a confidence bound, over which the false-verdict budget is split: the registry's that
     are on and `bounded` (the KV level is not), each custom guardrail, and output equivalence when enabled."""
@@ -113,6 +132,22 @@ def _with_recent_failures(checks: list[Check], failed: list[Check], seconds: flo
         else c
         for c in checks
     ]
+
+
+def _sequence(
+    guardrails: Guardrails,
+    canary: TrackEvidence,
+    stable: TrackEvidence,
+    speculative: bool,
+    confidence: float,
+    steps: int,
+    same_drafter: bool,
+) -> Look:
+    """A look at the step's evidence on the confidence sequences of `judge`: at (1 - confidence) / (2 x `steps` x
+    guardrails) a side, valid at every look however many."""
+    per_check = (1 - confidence) / 2 / (max(1, steps) * judged_guardrails(guardrails, speculative))
+    named = f"{confidence * 100:g}%"
+    return Look(guardrails, canary, stable, lambda n: sequence_z(n, per_check), named, same_drafter, per_check)
 
 
 def judge(
@@ -145,8 +180,7 @@ def judge(
     """
     budget, named = (1 - confidence) / 2, f"{confidence * 100:g}%"
     tests = judged_guardrails(guardrails, speculative)
-    per_check = budget / (max(1, steps) * tests)
-    sequence = Look(guardrails, canary, stable, lambda n: sequence_z(n, per_check), named, same_drafter, per_check)
+    sequence = _sequence(guardrails, canary, stable, speculative, confidence, steps, same_drafter)
     checks = _checks(sequence, speculative)
     if guardrails.output_equivalence.enabled:
         checks.append(output_equivalence(guardrails.output_equivalence, pairs, sequence.z, named))
@@ -174,21 +208,34 @@ def watch(
     speculative: bool,
     confidence: float,
     same_drafter: bool = False,
+    steps: int = 1,
+    whole_step: tuple[TrackEvidence, TrackEvidence] | None = None,
 ) -> Judgement | None:
     """The fail-only check of a new scrape: every guardrail on each trailing range of `ranges` alone (a few
-    scrapes long, all ending at the scrape); a Judgement that fails with the first failure of each guardrail,
-    or None when nothing fails (a watch never passes a canary, nor holds one).
+    scrapes long, all ending at the scrape), and the error guardrails (`WHOLE_STEP_GUARDRAILS`) on `whole_step`,
+    both tracks' finished requests since the step's evidence began; a Judgement that fails with the first
+    failure of each guardrail, or None when nothing fails (a watch never passes a canary, nor holds one).
+
+    The whole step is judged on the analyses' own confidence sequences (`judge`, with the rollout's `steps`):
+    they hold at every look, however often, so the watch's looks at them spend no false-failure budget of
+    their own, and a failure there is one the next analysis would report on the same evidence.
 
     Its bounds are one look's, numbered by the scrape (`Recent.look`), at `WATCH_SHARE` of the trailing half
     of the false-failure budget split over the guardrails and the ranges: over a canary's every scrape a good
     canary is failed by its watches with probability at most (1 - confidence) / 2 x WATCH_SHARE, when each
     number is looked at once (the shell's rule; a look repeated on the same samples decides the same).
     """
-    if not ranges:
+    failed: dict[str, Check] = {}
+    if whole_step is not None:
+        sequence = _sequence(guardrails, *whole_step, speculative, confidence, steps, same_drafter)
+        over = f"{OVER_THE_STEP} {wording.span(whole_step[0].seconds)}: "
+        for check in _error_checks(sequence, speculative):
+            if check.verdict is Verdict.FAIL:
+                failed[check.guardrail] = replace(check, message=over + check.message)
+    if not ranges and not failed:
         return None
     named = f"{confidence * 100:g}% over all looks"
-    budget = (1 - confidence) / 2 * WATCH_SHARE / (judged_guardrails(guardrails, speculative) * len(ranges))
-    failed: dict[str, Check] = {}
+    budget = (1 - confidence) / 2 * WATCH_SHARE / (judged_guardrails(guardrails, speculative) * max(1, len(ranges)))
     for recent in ranges:
         z = z_score(look_budget(budget, max(1, recent.look)))
         for check in _failures(recent, guardrails, speculative, z, named, same_drafter):
@@ -196,11 +243,12 @@ def watch(
             failed.setdefault(check.guardrail, replace(check, message=last + check.message))
     if not failed:
         return None
-    shortest = ranges[0]
+    shown = (ranges[0].canary, ranges[0].stable) if ranges else whole_step
+    assert shown is not None
     return Judgement(
         Verdict.FAIL,
         tuple(c.message for c in failed.values()),
-        measurements(shortest.canary),
-        measurements(shortest.stable),
+        measurements(shown[0]),
+        measurements(shown[1]),
         tuple(c.record() for c in failed.values()),
     )

@@ -20,8 +20,12 @@ class Prometheus:
     """The tracks over any trailing range of `seconds`: 1 finished request a second per pod, 38 drafts a request
     on stable, `drafts` on the canary, accepted at position 0 with `alpha` (canary) and 0.8 (stable)."""
 
-    def __init__(self, alpha: float, drafts: float = 90.0, sample: float | None = SAMPLE) -> None:
+    def __init__(
+        self, alpha: float, drafts: float = 90.0, sample: float | None = SAMPLE, step_errors: float = 0.0
+    ) -> None:
         self.alpha, self.drafts, self.sample = alpha, drafts, sample
+        self.step_errors = step_errors
+        """The canary's share of errors since the step's evidence began (a whole-step query); stable has none."""
         self.queries: list[str] = []
 
     def scalar(self, query: str, at: float | None = None) -> float | None:
@@ -34,8 +38,13 @@ class Prometheus:
     def series(self, query: str, at: float | None = None) -> list[tuple[dict[str, str], float]]:
         self.queries.append(query)
         assert at == self.sample
-        seconds = float(query.split("offset ")[1].split("s")[0])
         canary = 'specfleet_io_track="canary"' in query
+        if query.startswith("sum by (finished_reason) (sum_over_time("):  # the step's whole evidence
+            seconds = float(query.split("[")[1].split("s")[0])
+            requests = (8.0 if canary else 12.0) * seconds
+            errors = requests * self.step_errors if canary else 0.0
+            return [({"finished_reason": "stop"}, requests - errors), ({"finished_reason": "error"}, errors)]
+        seconds = float(query.split("offset ")[1].split("s")[0])
         alpha, per_request = (self.alpha, self.drafts) if canary else (0.8, 38.0)
         drafts = seconds * per_request
         field = promql.WATCH_FIELD
@@ -130,3 +139,21 @@ def test_one_look_a_scrape_interval_however_many_pods_are_scraped_in_it() -> Non
     prometheus.sample = SAMPLE + SCRAPE
     _, next_one = watch_canary(prometheus, fleet(), live(), NOW + timedelta(seconds=5), watched)
     assert next_one is not None and next_one.sample == SAMPLE + SCRAPE
+
+
+def test_errors_twice_the_limit_over_the_whole_step_fail_at_a_scrape_from_one_more_query_per_track() -> None:
+    """A canary failing 2% of requests against stable's 0% at 8 requests/s, 5 minutes into its step: its last
+    scrapes alone do not show it, the step's requests since `evidenceSince` do; after a restart the same scrape
+    is failed the same (the range comes from the status)."""
+    clean = Prometheus(alpha=0.8, drafts=38)
+    assert watch_canary(clean, fleet(), live(evidence_seconds=300), NOW, None)[0].failure is None
+    failing = Prometheus(alpha=0.8, drafts=38, step_errors=0.02)
+    watch, watched = watch_canary(failing, fleet(), live(evidence_seconds=300), NOW, None)
+    assert watch.failure is not None and watch.failure.verdict is Verdict.FAIL
+    assert watch.failure.reasons[0].startswith("over the step's 5 min: error rate 2.00%"), watch.failure.reasons
+    assert watch.failure.evidence_seconds == 300
+    whole = [q for q in failing.queries if q.startswith("sum by (finished_reason)")]
+    assert len(whole) == 2 and all("[290s:5s]" in q for q in whole), whole  # one a track, counted per series
+    assert len(failing.queries) == len(clean.queries)
+    restarted, _ = watch_canary(failing, fleet(), live(evidence_seconds=300), NOW + timedelta(seconds=2), None)
+    assert restarted.failure is not None and restarted.failure.reasons == watch.failure.reasons
