@@ -148,7 +148,7 @@ def test_errors_twice_the_limit_over_the_whole_step_fail_at_a_scrape_from_one_mo
     clean = Prometheus(alpha=0.8, drafts=38)
     assert watch_canary(clean, fleet(), live(evidence_seconds=300), NOW, None)[0].failure is None
     failing = Prometheus(alpha=0.8, drafts=38, step_errors=0.02)
-    watch, watched = watch_canary(failing, fleet(), live(evidence_seconds=300), NOW, None)
+    watch, _ = watch_canary(failing, fleet(), live(evidence_seconds=300), NOW, None)
     assert watch.failure is not None and watch.failure.verdict is Verdict.FAIL
     assert watch.failure.reasons[0].startswith("over the step's 5 min: error rate 2.00%"), watch.failure.reasons
     assert watch.failure.evidence_seconds == 300
