@@ -414,11 +414,15 @@ def replicas(name: str, commands: list[list[str]], logs: Path) -> Iterator[list[
             replica.stop()
 
 
-def fault_gap_factor(parallel: int, live: int) -> float:
+def fault_gap_factor(parallel: int, live: int, rounds: int = 0) -> float:
     """Faults come `parallel / live` times more slowly when fewer than `--parallel` fleets are live, so each fleet
     meets them at the same rate to the end of a run: otherwise the last fleet of a run takes every fault (its
     evidence started over again and again, every Prometheus stop counted against its fallbacks), which no fleet
-    meets undisturbed or on a real cluster."""
+    meets undisturbed or on a real cluster. A run of `--rounds` deals a bounded number of faults, which cannot
+    pile onto its last fleet: they come at `--fault-every` throughout, so a short run strikes every kind while
+    its canaries still run."""
+    if rounds:
+        return 1.0
     return parallel / min(parallel, max(1, live))
 
 
@@ -509,7 +513,7 @@ class Injector:
 
     def thinning(self) -> float:
         """How much longer the next gap is than `--fault-every` (`fault_gap_factor` of the fleets live now)."""
-        return fault_gap_factor(self.args.parallel, len(self.live()))
+        return fault_gap_factor(self.args.parallel, len(self.live()), self.args.rounds)
 
     def holder(self) -> str | None:
         try:

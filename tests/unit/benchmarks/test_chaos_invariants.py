@@ -201,6 +201,7 @@ def test_faults_come_more_slowly_as_fleets_end_so_the_last_one_is_not_struck_by_
     assert chaos.fault_gap_factor(7, 10) == 1  # waves wait their turn: never faster than --fault-every
     assert chaos.fault_gap_factor(7, 1) == 7
     assert chaos.fault_gap_factor(7, 0) == 7
+    assert chaos.fault_gap_factor(7, 1, rounds=1) == 1  # a bounded deal: every kind strikes while canaries run
 
 
 def test_the_end_of_a_fault_is_tried_again_until_it_succeeds_and_reported_when_it_never_does() -> None:
