@@ -74,8 +74,10 @@ def test_counters_that_reset_mid_step_are_counted_across_the_reset(
     guarded_operator: Operator, simulator: Simulator, fleet: Fleet, drafter: str, alpha: float, outcome: str
 ) -> None:
     """Every pod of both tracks restarts vLLM once the canary's series has samples: the verdict that ends the
-    canary stands on evidence holding the reset, and its counts are the load the pods were offered (Prometheus'
-    `increase` takes a drop as a reset; a difference of raw values would go negative)."""
+    canary reads the counters after they dropped (a Pass, over the step's whole evidence, holds the reset; a
+    Fail may come from the watch's last few scrapes, which can start after it), and its counts are the load the
+    pods were offered (Prometheus' `increase` takes a drop as a reset; a difference of raw values would go
+    negative)."""
     fleet.apply(sdep(rollout=RESET_ROLLOUT, speculative=PLAIN))
     stable = wait_for("Healthy", fleet.phase_is("llama", "Healthy"), timeout=90)["stableRevision"]
     fleet.patch_spec("llama", {"speculative": {**EAGLE3_K5, "model": drafter}})
@@ -105,7 +107,9 @@ def test_counters_that_reset_mid_step_are_counted_across_the_reset(
     analysis = status["lastAnalysis"]
     assert analysis["revision"] == canary and analysis["verdict"] == ("Pass" if outcome == "Promoted" else "Fail")
     decided = at(analysis["time"])
-    assert decided - analysis["evidenceSeconds"] < reset < decided, (reset, analysis)  # the reset is in the evidence
+    assert reset < decided, (reset, analysis)  # the verdict read counters that had dropped
+    if outcome == "Promoted":  # a Pass stands on the step's whole evidence, which holds the reset
+        assert decided - analysis["evidenceSeconds"] < reset, (reset, analysis)
     if outcome == "RolledBack":
         assert "acceptance alpha" in ended["reason"], ended
     for track in ("canary", "stable"):
