@@ -123,4 +123,11 @@ def families(metrics: Metrics, model_name: str, speculative: bool, created: floa
 
 def exposition(metrics: Metrics, model_name: str, speculative: bool, created: float) -> bytes:
     """The `/metrics` body (text format 0.0.4)."""
-    return generate_latest(_Families(families(metrics, model_name, speculative, created)))
+    return rendered(families(metrics, model_name, speculative, created))
+
+
+def rendered(snapshot: list[Metric]) -> bytes:
+    """`families`' snapshot as the `/metrics` body: the costly part of a scrape, which needs no engine, so the
+    simulator renders it outside its lock (scrapes of many pods at once would otherwise queue behind each other
+    and the engines' tick past Prometheus' scrape timeout)."""
+    return generate_latest(_Families(snapshot))

@@ -39,7 +39,7 @@ from specfleet_workshop.fleetpods.watch import KubePodSource
 from specfleet_workshop.sim import completions, model
 from specfleet_workshop.sim.completions import CompletionError, CompletionRequest
 from specfleet_workshop.sim.engine import MAX_WAITING, Engine, EngineConfig, configure
-from specfleet_workshop.sim.exposition import exposition
+from specfleet_workshop.sim.exposition import families, rendered
 from specfleet_workshop.sim.gateway import (
     HTTPROUTE_GROUP,
     HTTPROUTE_PLURAL,
@@ -338,10 +338,10 @@ class Simulator:
             fault = scrape_fault(self._scenario, namespace, name)
             if fault is not None:
                 return SCRAPE_FAULT_ANSWERS[fault]
-            body = exposition(
+            snapshot = families(
                 pod.engine.metrics, pod.info.args.served_model_name, pod.info.args.speculative is not None, pod.created
             )
-            return HTTPStatus.OK, body
+        return HTTPStatus.OK, rendered(snapshot)  # outside the lock: the families hold copies of the numbers
 
     # OpenAI endpoints
 
