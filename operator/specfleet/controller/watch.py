@@ -25,7 +25,7 @@ from specfleet.api.vocabulary import Track
 from specfleet.controller.analysis import MAX_REASON, POSITION, counting_range, drafters, finite_number
 from specfleet.controller.metrics import WATCH_SECONDS, WATCHES
 from specfleet.judge import CustomReading, Recent, TrackEvidence, watch
-from specfleet.judge.canary import OVER_THE_STEP, WHOLE_STEP_GUARDRAILS
+from specfleet.judge.canary import WHOLE_STEP_GUARDRAILS
 from specfleet.judge.guardrails import GUARDRAILS
 from specfleet.metrics import promql
 from specfleet.metrics.prometheus import ProviderError, SeriesProvider
@@ -229,7 +229,7 @@ def watch_canary(
         revision=revision,
         step=status.current_step or 0,
         look=status.analyses + 1,
-        evidence_seconds=round(ranges[0] if ranges and not judged.reasons[0].startswith(OVER_THE_STEP) else evidence),
+        evidence_seconds=round(judged.seconds or 0),
         verdict=Verdict.FAIL,
         reasons=[r[:MAX_REASON] for r in judged.reasons[:MAX_REASONS]],
         checks=list(judged.checks),

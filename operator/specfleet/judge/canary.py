@@ -29,6 +29,9 @@ class Judgement:
     canary: Measurements
     stable: Measurements
     checks: tuple[GuardrailCheck, ...] = ()
+    seconds: float | None = None
+    """The span of evidence a watch's failure stands on (its shortest failing range, or the step's whole
+    evidence when an error guardrail failed over it); None for an analysis, whose span the shell knows."""
 
 
 WATCH_SHARE = 0.5
@@ -226,12 +229,14 @@ def watch(
     number is looked at once (the shell's rule; a look repeated on the same samples decides the same).
     """
     failed: dict[str, Check] = {}
+    seconds: float | None = None
     if whole_step is not None:
         sequence = _sequence(guardrails, *whole_step, speculative, confidence, steps, same_drafter)
         over = f"{OVER_THE_STEP} {wording.span(whole_step[0].seconds)}: "
         for check in _error_checks(sequence, speculative):
             if check.verdict is Verdict.FAIL:
                 failed[check.guardrail] = replace(check, message=over + check.message)
+                seconds = whole_step[0].seconds
     if not ranges and not failed:
         return None
     named = f"{confidence * 100:g}% over all looks"
@@ -243,12 +248,12 @@ def watch(
             failed.setdefault(check.guardrail, replace(check, message=last + check.message))
     if not failed:
         return None
-    shown = (ranges[0].canary, ranges[0].stable) if ranges else whole_step
-    assert shown is not None
+    canary, stable = (ranges[0].canary, ranges[0].stable) if ranges or whole_step is None else whole_step
     return Judgement(
         Verdict.FAIL,
         tuple(c.message for c in failed.values()),
-        measurements(shown[0]),
-        measurements(shown[1]),
+        measurements(canary),
+        measurements(stable),
         tuple(c.record() for c in failed.values()),
+        seconds=seconds if seconds is not None else ranges[0].seconds,
     )
