@@ -200,6 +200,16 @@ class PrivatePrometheus:
         self.stop()
 
 
+def _at_priority(priority: int) -> Callable[[], None]:
+    """A child's `preexec_fn` that sets its nice value, or leaves the default when it may not."""
+
+    def set_priority() -> None:
+        with contextlib.suppress(PermissionError):
+            os.setpriority(os.PRIO_PROCESS, 0, priority)
+
+    return set_priority
+
+
 @contextlib.contextmanager
 def background(
     commands: dict[str, list[str]],
@@ -207,17 +217,24 @@ def background(
     *,
     keep: bool = False,
     environments: dict[str, dict[str, str]] | None = None,
+    nice: dict[str, int] | None = None,
 ) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Start each command, its output in `logs/<name>.log` and `environments[name]` added to its environment;
-    when the block ends, SIGTERM them (SIGKILL after 30 s) and reap them, or with `keep=True` leave them
-    running and print their pids."""
+    """Start each command, its output in `logs/<name>.log` and `environments[name]` added to its environment,
+    at scheduling priority `nice[name]` when given (a negative one needs root: without it the command runs at
+    the default and a line says so); when the block ends, SIGTERM them (SIGKILL after 30 s) and reap them, or
+    with `keep=True` leave them running and print their pids."""
     logs.mkdir(parents=True, exist_ok=True)
     started: list[subprocess.Popen[bytes]] = []
     try:
         for name, command in commands.items():
             with signals_deferred(), (logs / f"{name}.log").open("wb") as log:  # started means in `started`
                 environment = {**os.environ, **(environments or {}).get(name, {})}
-                started.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment))
+                priority = (nice or {}).get(name)
+                prepare = None if priority is None else _at_priority(priority)
+                started.append(subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment,
+                                                preexec_fn=prepare))  # fmt: skip
+                if priority is not None and os.getpriority(os.PRIO_PROCESS, started[-1].pid) != priority:
+                    print(f"{name} runs at the default priority: nice {priority} needs root", file=sys.stderr)
         yield started
     finally:
         with signals_ignored():

@@ -9,6 +9,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,19 +64,25 @@ class Run:
     apps: kubernetes.client.AppsV1Api
     load: float
 
-    def put_scenario(self, document: dict[str, Any]) -> None:
-        """Every simulator takes the document (a busy one may take seconds: it advances every engine first)."""
+    def put_scenario(self, document: dict[str, Any]) -> dict[str, float]:
+        """Every simulator takes the document, all at once (a busy one may take seconds: it advances every engine
+        first); per controller, the moment (monotonic) its simulator had taken it: each one's own t0."""
         body = yaml.safe_dump(document).encode()
-        for url in self.sim_urls.values():
+
+        def put(url: str) -> float:
             request = urllib.request.Request(f"{url}/scenario", data=body, method="PUT")
             for attempt in range(5):
                 try:
                     urllib.request.urlopen(request, timeout=60).close()
-                    break
+                    return time.monotonic()
                 except OSError:
                     if attempt == 4:
                         raise
                     time.sleep(2)
+            raise AssertionError("unreachable")
+
+        with ThreadPoolExecutor(len(self.sim_urls)) as pool:
+            return dict(zip(self.sim_urls, pool.map(put, self.sim_urls.values()), strict=True))
 
     def delete(self, fleet: Fleet) -> None:
         """Delete a fleet once measured, so its pods stop costing the simulator (children go with their owner)."""
@@ -252,15 +259,16 @@ def start_fleets(run: Run, fleets: list[Fleet]) -> float:
     return started
 
 
-def observe(run: Run, fleets: list[Fleet], t0: float, until: Callable[[], bool], deadline: float) -> None:
-    """Poll once a second: when each fleet's canary stops getting traffic (after t0), and outcomes at the end."""
+def observe(run: Run, fleets: list[Fleet], t0: dict[str, float], until: Callable[[], bool], deadline: float) -> None:
+    """Poll once a second: when each fleet's canary stops getting traffic (after its controller's `t0`), and
+    outcomes at the end."""
     while time.monotonic() < deadline and not until():
         now = time.monotonic()
         pods = {c: run.serving_pods(c) for c in ("argo", "flagger")}
         selectors = run.selectors()
         for fleet in fleets:
             if fleet.rolled_back_at is None and not canary_serving(run, fleet, pods, selectors):
-                fleet.rolled_back_at = now - t0
+                fleet.rolled_back_at = now - t0[fleet.controller]
         time.sleep(1.0)
     objects = run.objects()
     for fleet in fleets:
@@ -285,17 +293,50 @@ SCRAPED = (
     'sum by (namespace) (sum_over_time(up{{job="file-sd"}}[{seconds}s]))'
     ' / sum by (namespace) (count_over_time(up{{job="file-sd"}}[{seconds}s]))'
 )
-"""The share of the simulated pods' scrapes that succeeded, per controller's namespace, over the run."""
-MIN_SCRAPED = 0.95
-"""Below this share the run measured an overloaded machine, not the controllers: a pod whose scrapes time out has
-no series, and a peer reads an empty answer as a failed measurement (Argo Rollouts, Flagger) where specfleet holds."""
+"""The share of the simulated pods' scrapes that succeeded, per controller's namespace, over the run: a loading
+pod's 503 counts as a failure here, as it does for every controller's queries."""
+TIMED_OUT = (
+    'sum by (namespace) (count_over_time((up{{job="file-sd"}} == 0 and scrape_duration_seconds{{job="file-sd"}}'
+    " >= {slow})[{seconds}s:{interval}s]))"
+    ' / sum by (namespace) (count_over_time(up{{job="file-sd"}}[{seconds}s]))'
+)
+"""The share of the simulated pods' scrapes that Prometheus gave up on, per namespace: failed after at least
+`slow` seconds, where a not-yet-Ready pod's 503 fails at once. Read at the scrape interval, one sample a scrape."""
+SCRAPE_INTERVAL = 5.0
+"""The dev cluster's Prometheus scrape interval, which is also its scrape timeout."""
+MIN_ANSWERED = 0.95
+"""Below this share of scrapes answered in time the run measured an overloaded machine, not the controllers: a
+pod whose scrapes time out has no series, and a peer reads an empty answer as a failed measurement (Argo
+Rollouts, Flagger) where specfleet holds. A loading pod's 503 is an answer: real vLLM has no /metrics before it
+is up either, and every controller meets it alike."""
+SIMULATOR_NICE = -5
+"""The simulators' scheduling priority: they stand in for GPU nodes, whose /metrics do not wait for the control
+plane's CPU; on 2 cores at the default priority a burst of the controllers' and Prometheus' work outlasted the
+scrape timeout. Needs CAP_SYS_NICE (root); without it they run at the default priority and the run says so."""
 
 
-def scraped(prometheus_url: str, namespaces: dict[str, str], seconds: float) -> dict[str, float | None]:
-    """Per controller, the share of its pods' scrapes that succeeded in the last `seconds` (None: none seen)."""
-    rows = PrometheusConnect(prometheus_url).custom_query(SCRAPED.format(seconds=round(seconds)))
-    shares = {row["metric"].get("namespace"): float(row["value"][1]) for row in rows}
-    return {controller: shares.get(namespace) for controller, namespace in namespaces.items()}
+Shares = dict[str, float | None]
+
+
+def scrape_shares(prometheus_url: str, namespaces: dict[str, str], seconds: float) -> dict[str, Shares]:
+    """Per controller, the share of its pods' scrapes that succeeded and the share answered in time (not given
+    up on by Prometheus) in the last `seconds` (None: none seen)."""
+    prometheus = PrometheusConnect(prometheus_url)
+
+    def per_controller(query: str) -> Shares:
+        shares = {row["metric"].get("namespace"): float(row["value"][1]) for row in prometheus.custom_query(query)}
+        return {controller: shares.get(namespace) for controller, namespace in namespaces.items()}
+
+    window = round(seconds)
+    succeeded = per_controller(SCRAPED.format(seconds=window))
+    timed_out = per_controller(
+        TIMED_OUT.format(seconds=window, interval=round(SCRAPE_INTERVAL), slow=SCRAPE_INTERVAL / 2)
+    )
+    answered = {
+        controller: None if succeeded[controller] is None else 1 - (timed_out[controller] or 0.0)
+        for controller in namespaces
+    }
+    return {"succeeded": succeeded, "answered": answered}
 
 
 def rollback_phases(args: argparse.Namespace, cluster: Any, api: Any, binaries: dict[str, Path],
@@ -331,7 +372,8 @@ def rollback_phases(args: argparse.Namespace, cluster: Any, api: Any, binaries: 
     environments = {"argo": {"POD_NAMESPACE": namespaces["argo"]}}
     done: list[Fleet] = []
     started = time.monotonic()
-    with background(sims | controllers, work, keep=args.keep, environments=environments):
+    with background(sims | controllers, work, keep=args.keep, environments=environments,
+                    nice=dict.fromkeys(sims, SIMULATOR_NICE)):  # fmt: skip
         for url in run.sim_urls.values():
             wait_until(f"the simulator at {url}", lambda url=url: _ready(url, "/healthz"), 180)
         for setting in settings:
@@ -347,7 +389,7 @@ def rollback_phases(args: argparse.Namespace, cluster: Any, api: Any, binaries: 
         outage = fleets_of("outage", args.side_trials, tuple(args.outage_settings or settings))
         outage_phase(run, outage, args)
         done += outage
-        shares = scraped(cluster.prometheus_url, namespaces, time.monotonic() - started)
+        shares = scrape_shares(cluster.prometheus_url, namespaces, time.monotonic() - started)
     return collect(done, measured) | {"scraped": shares}
 
 
@@ -439,12 +481,12 @@ def breach_phase(run: Run, fleets: list[Fleet], setting: str, args: argparse.Nam
     for fleet in breach:
         if outcome(fleet, objects[fleet.controller, fleet.name]) == "rolled back":
             fleet.notes.append("rolled back before the breach")
-    run.put_scenario(scenario(run.load, breach=True, cold=False))
-    t0 = time.monotonic()
+    breached = run.put_scenario(scenario(run.load, breach=True, cold=False))
+    t0 = max(breached.values())
     say(f"{setting}: breach at {t0 - started:.0f} s after the canaries started")
     minimum_end = started + max(SETUPS[c, setting].hold for c in CONTROLLERS) + 120
     observe(
-        run, fleets, t0,
+        run, fleets, breached,
         until=lambda: time.monotonic() > minimum_end and all(f.rolled_back_at is not None for f in breach),
         deadline=t0 + args.observe,
     )  # fmt: skip
@@ -462,7 +504,7 @@ def aa_phase(run: Run, fleets: list[Fleet], setting: str) -> None:
     time.sleep(max(0.0, started + COLD_START_SECONDS - time.monotonic()))
     run.put_scenario(scenario(run.load, breach=False, cold=False))
     watch = AA_OBSERVE_SECONDS[setting]
-    observe(run, fleets, started, until=lambda: False, deadline=started + watch)
+    observe(run, fleets, dict.fromkeys(CONTROLLERS, started), until=lambda: False, deadline=started + watch)
     for fleet in fleets:
         run.delete(fleet)
 
@@ -477,7 +519,8 @@ def outage_phase(run: Run, fleets: list[Fleet], args: argparse.Namespace) -> Non
     restart_prometheus_after(run.cluster, OUTAGE_SECONDS)
     wait_until("Prometheus back", lambda: _ready(run.cluster.prometheus_url), 120)
     say("outage: Prometheus is back")
-    observe(run, fleets, outage_start, until=lambda: False, deadline=time.monotonic() + args.after_outage)
+    observe(run, fleets, dict.fromkeys(CONTROLLERS, outage_start), until=lambda: False,
+            deadline=time.monotonic() + args.after_outage)  # fmt: skip
 
 
 def say(text: str) -> None:

@@ -118,14 +118,15 @@ def table(results: dict[str, dict[str, Any]]) -> str:
 
 
 def scrape_warning(shares: dict[str, float | None], least: float) -> str | None:
-    """What to say when the simulated pods were not scraped well enough for the run to measure the controllers."""
+    """What to say when the simulators answered too few scrapes in time (`shares`: per controller, the share
+    answered before Prometheus' timeout) for the run to measure the controllers."""
     short = {c: share for c, share in shares.items() if share is None or share < least}
     if not short:
         return None
     said = ", ".join(f"{c} {'no scrapes' if s is None else f'{s:.1%}'}" for c, s in short.items())
     return (
-        f"INVALID RUN: the simulated pods' scrapes succeeded below {least:.0%} ({said}): the machine was too busy"
-        " for the simulator to answer Prometheus in time, so the tables measure the overload, not the controllers"
+        f"INVALID RUN: the simulated pods answered below {least:.0%} of their scrapes in time ({said}): the machine"
+        " was too busy for the simulator to answer Prometheus, so the tables measure the overload, not the controllers"
     )
 
 

@@ -196,7 +196,7 @@ def test_fleetscale_reads_whole_audit_events_after_an_offset_and_leaves_out_its_
 
 def test_the_share_of_scrapes_that_succeeded_is_read_per_controller_namespace(tmp_path: Path) -> None:
     """Prometheus' own engine over `up`: a namespace whose pods answered every scrape reads 1, one whose second
-    pod timed out on every scrape reads 0.5; the run is invalid below 95%."""
+    pod failed every scrape reads 0.5."""
     series = {
         'up{job="file-sd", namespace="sf", pod="a"}': "1x20",
         'up{job="file-sd", namespace="argo", pod="b"}': "1x20",
@@ -205,8 +205,23 @@ def test_the_share_of_scrapes_that_succeeded_is_read_per_controller_namespace(tm
     }
     expected = [{"labels": '{namespace="sf"}', "value": 1}, {"labels": '{namespace="argo"}', "value": 0.5}]
     assert evaluated(tmp_path, series, peers_phases.SCRAPED.format(seconds=100), "100s", expected) == ""
+
+
+def test_only_scrapes_prometheus_gave_up_on_count_against_the_simulator(tmp_path: Path) -> None:
+    """Over 20 scrapes, a pod that failed 5 after the 5 s timeout and one whose 10 failures were answered at
+    once (a loading pod's 503): a quarter of one namespace's scrapes timed out, none of the other's; the run is
+    invalid when fewer than 95% were answered in time."""
+    series = {  # `v x n` is n + 1 samples, 5 s apart from 0 s
+        'up{job="file-sd", namespace="argo", pod="b"}': "1x15 0x4",
+        'scrape_duration_seconds{job="file-sd", namespace="argo", pod="b"}': "0.1x15 5x4",
+        'up{job="file-sd", namespace="sf", pod="a"}': "0x9 1x10",
+        'scrape_duration_seconds{job="file-sd", namespace="sf", pod="a"}': "0.01x20",
+    }
+    query = peers_phases.TIMED_OUT.format(seconds=100, interval=5, slow=2.5)
+    expected = [{"labels": '{namespace="argo"}', "value": 0.25}]  # none timed out: no series (read as 0)
+    assert evaluated(tmp_path, series, query, "102s", expected) == ""  # the 20 scrapes from 5 s to 100 s
     shares = {"specfleet": 1.0, "argo": 0.75, "flagger": None}
-    warning = peers_report.scrape_warning(shares, peers_phases.MIN_SCRAPED)
+    warning = peers_report.scrape_warning(shares, peers_phases.MIN_ANSWERED)
     assert warning is not None and "argo 75.0%" in warning and "flagger no scrapes" in warning
     assert "specfleet" not in warning
-    assert peers_report.scrape_warning({"specfleet": 0.99, "argo": 0.96}, peers_phases.MIN_SCRAPED) is None
+    assert peers_report.scrape_warning({"specfleet": 0.99, "argo": 0.96}, peers_phases.MIN_ANSWERED) is None
