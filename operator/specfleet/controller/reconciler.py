@@ -109,7 +109,13 @@ T = TypeVar("T")
 
 
 def utcnow() -> datetime:
-    return datetime.now(UTC).replace(microsecond=0)
+    """The precise time: a pass observes it in whole seconds (`_seconds`, what the status records), while the
+    watch asks Prometheus at the moment itself, so a scrape stored a fraction of a second ago is seen."""
+    return datetime.now(UTC)
+
+
+def _seconds(moment: datetime) -> datetime:
+    return moment.replace(microsecond=0)
 
 
 @dataclass
@@ -236,7 +242,7 @@ class Reconciler:
         so that `kubectl describe` shows what the log says. Best effort: the API server may be what failed."""
         if key not in self.store.sdeps:
             return
-        retry_at = self.clock() + timedelta(seconds=after)
+        retry_at = _seconds(self.clock()) + timedelta(seconds=after)
         reason, message = failed_sync(self.backoff.failures(key), self.backoff.stalled(key), what, retry_at)
         try:
             await self._blocking(self._write_condition, key, reason, message)
@@ -256,7 +262,7 @@ class Reconciler:
             ConditionStatus.FALSE,
             reason,
             message,
-            self.clock(),
+            _seconds(self.clock()),
             int(meta.get("generation") or 0),
         )
         old = body.get("status") or {}
@@ -315,7 +321,7 @@ class Reconciler:
             sdep,
             deployments,
             pods,
-            self.clock(),
+            _seconds(self.clock()),
             prometheus=url is not None,
             routed=routed,
             preflight_jobs=self.store.children("Job", key).values(),
@@ -340,8 +346,11 @@ class Reconciler:
         decision, notes = self._notifications(sdep, decision, observation.now)
         children = {kind: self.store.children(kind, key) for kind in ("Deployment", "Service", "InferencePool", "Job")}
         await self._blocking(self._apply, key, body, sdep, decision, children, self._offering(notes))
-        after = decision.requeue_after.total_seconds() if decision.requeue_after is not None else None
-        return min(after, self.resync_seconds) if after is not None else self.resync_seconds
+        if decision.requeue_after is None:
+            return self.resync_seconds
+        # The decision's wait counts from the observation; the pass itself (its queries and writes) took some of it.
+        spent = (self.clock() - observation.now).total_seconds()
+        return min(max(decision.requeue_after.total_seconds() - spent, 0.0), self.resync_seconds)
 
     async def _decide(
         self, key: Key, sdep: SpeculativeDeployment, url: str | None, observation: Observation
@@ -351,9 +360,16 @@ class Reconciler:
         the rollout, or are recorded in the status), so a pass that measures decides twice; a GPU room that
         fits changes nothing (`GpuRoom.fits`), so only a room too small is decided again. Each ask is answered
         at most once a pass; what a pass costs: docs/architecture.md#one-pass-of-the-operator. A watch (the live
-        canary's newest scrape checked for failures) comes last, and is decided again only when it found one;
-        otherwise the pass looks again at the canary's next scrape."""
+        canary's newest scrape checked for failures) comes first, so a canary that turned bad is failed without
+        waiting for an analysis's queries, and is decided again only when it found one; otherwise the pass
+        looks again at the canary's next scrape."""
         decision = self._decision(sdep, observation)
+        watch = None
+        if decision.watch_due and url is not None:
+            watch = await self._watch(key, sdep, url, decision.status, self.clock())
+            if watch.failure is not None:
+                observation = replace(observation, watch=watch)
+                decision = self._decision(sdep, observation)
         if decision.analysis_due or decision.candidate_analyses_due:
             observation = await self._analyses(sdep, url, decision, observation)
             decision = self._decision(sdep, observation)
@@ -365,12 +381,6 @@ class Reconciler:
         if decision.fleet_look_due and url is not None:
             look = await self._look(sdep, url, decision.status, observation.now)
             decision = self._decision(sdep, replace(observation, fleet_look=look))
-        watch = None
-        if decision.watch_due and url is not None:
-            watch = await self._watch(key, sdep, url, decision.status, observation.now)
-            if watch.failure is not None:
-                observation = replace(observation, watch=watch)
-                decision = self._decision(sdep, observation)
         if decision.watch_due and watch is not None and watch.next_at is not None:
             wait = max(watch.next_at - observation.now, timedelta(0))
             if decision.requeue_after is None or wait < decision.requeue_after:

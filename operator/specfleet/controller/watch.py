@@ -38,7 +38,8 @@ MAX_RANGES = 3
 """Trailing ranges of a watch, each twice the last (2, 4, 8 scrapes), all shorter than `analysis.window`: short
 ones catch a large harm within a few scrapes, longer ones a smaller one; each splits the budget further."""
 STORE_SECONDS = 1.0
-"""How long after a scrape is due its samples are asked for (the scrape itself and its storage take that)."""
+"""How long after a scrape is due its samples are asked for (the scrape itself and its storage take that), and
+how long after a look that found the due scrape not yet stored the next one asks again (one small query)."""
 RETRY_SECONDS = 5.0
 """When to look again for a canary whose scrape interval Prometheus cannot say yet (fewer than two samples)."""
 
@@ -181,7 +182,7 @@ def watch_canary(
         scrape = known.scrape if known else asked
         if sample is None or scrape is None or scrape <= 0:
             return retry, known
-        due = max(_at(sample + scrape + STORE_SECONDS), now + timedelta(seconds=min(scrape, RETRY_SECONDS) / 2))
+        due = max(_at(sample + scrape + STORE_SECONDS), now + timedelta(seconds=min(scrape / 2, STORE_SECONDS)))
         since, started = status.evidence_since, status.canary_started_at
         if since is None or started is None:
             return Watch(revision, next_at=due), Watched(revision, sample, scrape)
@@ -225,7 +226,7 @@ def watch_canary(
     if judged is None:
         return Watch(revision, next_at=due), remembered
     failure = Analysis(
-        time=now,
+        time=now.replace(microsecond=0),  # the status records whole seconds
         revision=revision,
         step=status.current_step or 0,
         look=status.analyses + 1,

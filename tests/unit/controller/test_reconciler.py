@@ -242,7 +242,8 @@ def test_a_fleets_prometheus_url_off_the_allow_list_is_never_asked_nor_given_the
         allowed_prometheus_urls=("http://10.0.0.9:9090",),
     )  # fmt: skip
     reconcile(kube, RecordingKube().watch or store, allowing)
-    assert asked == [("http://10.0.0.9:9090/", "token")] and kube.secret_reads == ["default/prom-token"]
+    assert asked == [("http://10.0.0.9:9090/", "token")]  # one client, for the watch and the analysis
+    assert set(kube.secret_reads) == {"default/prom-token"}
 
 
 class NoAnswer:
@@ -253,6 +254,75 @@ class NoAnswer:
 
     def by_label(self, query: str, label: str, at: float | None = None) -> dict[str, float]:
         return {}
+
+
+def test_the_wait_a_pass_asks_for_counts_from_what_it_observed_not_from_when_it_ended() -> None:
+    """A pass that took 2 s (its queries, its status write) asks to be woken 2 s sooner: the next scrape's look
+    or an analysis is due at a moment, not a fixed wait after a slow pass."""
+    store, _ = canary_world()
+    quick = RecordingKube()
+    promptly = reconcile(quick, store, Reconciler(quick, store, WorkQueue(), clock=lambda: NOW))  # type: ignore[arg-type]
+    store, _ = canary_world()
+    slow = RecordingKube()
+    late = NOW + timedelta(seconds=2)
+    reconciler = Reconciler(slow, store, WorkQueue(), clock=lambda: late if slow.status_writes else NOW)  # type: ignore[arg-type]
+    after = reconcile(slow, store, reconciler)
+    assert promptly is not None and after is not None and promptly > 2
+    assert after == pytest.approx(promptly - 2)
+
+
+class AskedNothingAnswered(NoAnswer):
+    """A Prometheus with no data that keeps the queries it was asked, in order."""
+
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+        self.moments: list[float | None] = []
+
+    def scalar(self, query: str, at: float | None = None) -> float | None:
+        self.queries.append(query)
+        self.moments.append(at)
+        return None
+
+    def by_label(self, query: str, label: str, at: float | None = None) -> dict[str, float]:
+        self.queries.append(query)
+        return {}
+
+    def series(self, query: str, at: float | None = None) -> list[tuple[dict[str, str], float]]:
+        self.queries.append(query)
+        return []
+
+
+def test_a_pass_with_an_analysis_due_looks_at_the_newest_scrape_before_the_analysis_queries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A canary that turned bad is failed by the watch without waiting for an analysis's queries (seconds on a
+    loaded Prometheus): the watch's first query is the pass's first."""
+    prometheus = AskedNothingAnswered()
+    monkeypatch.setattr(reconciler_module, "Prometheus", lambda *args: prometheus)
+    store, _ = canary_world()
+    kube = RecordingKube()
+    own = "http://prometheus.monitoring:9090"
+    reconcile(kube, store, Reconciler(kube, store, WorkQueue(), clock=lambda: NOW, default_prometheus_url=own))  # type: ignore[arg-type]
+    first, *rest = prometheus.queries
+    assert first.startswith("max(timestamp(")  # the canary's newest sample: the watch's first query
+    assert rest  # the analysis asked after it
+
+
+def test_the_watch_asks_at_the_precise_moment_while_the_status_records_whole_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pass 0.7 s into a second: a scrape stored in that fraction is seen (asked at the moment, not at the
+    second's start), and the analysis the pass writes is timed in whole seconds as Kubernetes keeps them."""
+    prometheus = AskedNothingAnswered()
+    monkeypatch.setattr(reconciler_module, "Prometheus", lambda *args: prometheus)
+    store, _ = canary_world()
+    kube = RecordingKube()
+    moment = NOW + timedelta(milliseconds=700)
+    own = "http://prometheus.monitoring:9090"
+    reconcile(kube, store, Reconciler(kube, store, WorkQueue(), clock=lambda: moment, default_prometheus_url=own))  # type: ignore[arg-type]
+    assert prometheus.moments[0] == moment.timestamp()
+    (status, _rv), *_ = kube.status_writes
+    assert status["lastAnalysis"]["time"] == NOW.isoformat().replace("+00:00", "Z")
 
 
 # 6. traffic routing: another namespace's consent, Services a route still sends to

@@ -157,3 +157,13 @@ def test_errors_twice_the_limit_over_the_whole_step_fail_at_a_scrape_from_one_mo
     assert len(failing.queries) == len(clean.queries)
     restarted, _ = watch_canary(failing, fleet(), live(evidence_seconds=300), NOW + timedelta(seconds=2), None)
     assert restarted.failure is not None and restarted.failure.reasons == watch.failure.reasons
+
+
+def test_a_scrape_not_yet_stored_when_due_is_asked_for_again_a_second_later_not_half_a_scrape() -> None:
+    """The look due a second after the next scrape finds only the sample it judged (Prometheus is slow to store
+    it): it asks again after STORE_SECONDS, so a late sample costs about that, not half a scrape interval."""
+    prometheus = Prometheus(alpha=0.8, drafts=38)
+    _, watched = watch_canary(prometheus, fleet(), live(), NOW, None)
+    due = NOW + timedelta(seconds=SCRAPE)  # the next scrape's look, its sample still missing
+    again, same = watch_canary(prometheus, fleet(), live(), due, watched)
+    assert same == watched and again.next_at == due + timedelta(seconds=1)
