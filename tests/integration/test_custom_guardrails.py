@@ -18,7 +18,7 @@ import pytest
 from specfleet.api.spec import Guardrails
 from specfleet.api.status import Verdict
 from specfleet.controller.analysis import evidence
-from specfleet.judge import judge
+from specfleet.judge import TrackEvidence, judge
 from specfleet.metrics import promql
 from specfleet.metrics.prometheus import Prometheus
 from specfleet_workshop.sim.exposition import TOOL_CALLS, TOOL_CALLS_PARSED
@@ -97,8 +97,13 @@ def test_a_drafter_that_breaks_tool_calls_is_rolled_back_naming_the_guardrail(
     e2e = {"name": "e2e", "latency": {"histogram": "vllm:e2e_request_latency_seconds", "maxRegression": 0.2}}
     guards = Guardrails.model_validate({"custom": [misspelt, hostile, e2e]})
     selector = promql.TrackSelector(fleet.namespace, "llama", "stable", stable)
-    read = evidence(provider, selector, 60.0, time.time(), guards.custom)
-    assert read.custom["typo"].events is None and (read.custom["typo"].total or 0) > 100
+
+    def stable_read() -> TrackEvidence | None:  # the canary may be rolled back a few scrapes after stable is up
+        read = evidence(provider, selector, 60.0, time.time(), guards.custom)
+        return read if (read.custom["typo"].total or 0) > 100 else None
+
+    read = wait_for("stable's tool calls over a minute", stable_read, timeout=120)
+    assert read.custom["typo"].events is None
     assert read.custom["hostile"].total is None  # no pod has that engine label: nothing, not everything
     histogram = read.custom["e2e"].histogram  # a latency guardrail reads a histogram's buckets as p95 does
     assert histogram is not None and histogram.total > 100, histogram
