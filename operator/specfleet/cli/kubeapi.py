@@ -18,6 +18,7 @@ import os
 import ssl
 import sys
 import tempfile
+import time
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,6 +86,22 @@ def is_connection_error(error: BaseException) -> bool:
     )
 
 
+THROTTLED = 429
+THROTTLED_RETRIES = 5
+"""How often a call the API server answered 429 (its priority-and-fairness limits, or its storage still starting)
+is made again, after the Retry-After it asks for, as client-go does: a busy cluster is not an error to a user."""
+MAX_RETRY_AFTER = 10.0
+"""The longest wait taken from a Retry-After header, in seconds (1 s without one)."""
+
+
+def _retry_after(header: str | None) -> float:
+    try:
+        seconds = float(header) if header is not None else 1.0
+    except ValueError:
+        seconds = 1.0
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+
+
 @dataclass
 class CustomObjects:
     """Custom-object calls over one HTTPS (or HTTP) connection per call."""
@@ -94,7 +111,9 @@ class CustomObjects:
     headers: dict[str, str] = field(default_factory=dict)
     timeout: float = 30.0
 
-    def _request(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
+    def _request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json", attempt: int = 0
+    ) -> Any:
         url = urllib.parse.urlsplit(self.server)
         connection: http.client.HTTPConnection
         if url.scheme == "https":
@@ -114,6 +133,9 @@ class CustomObjects:
             data = response.read().decode(errors="replace")
         finally:
             connection.close()
+        if response.status == THROTTLED and attempt < THROTTLED_RETRIES:
+            time.sleep(_retry_after(response.getheader("Retry-After")))
+            return self._request(method, path, body, content_type, attempt + 1)
         if response.status >= 400:
             raise ApiError(response.status, response.reason, data)
         return json.loads(data) if data else None

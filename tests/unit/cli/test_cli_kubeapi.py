@@ -208,3 +208,45 @@ def test_the_cli_reads_the_object_through_its_own_client(tmp_path: Path, server:
     with pytest.raises(SystemExit) as missing:
         view.get(cluster, "missing")
     assert missing.value.code == 1
+
+
+@pytest.mark.parametrize(("throttled", "answered"), [(2, 200), (kubeapi.THROTTLED_RETRIES + 1, 429)])
+def test_an_api_server_that_throttles_is_asked_again_after_the_wait_it_gives(throttled: int, answered: int) -> None:
+    """429 (priority and fairness, or storage still starting) is asked again after its Retry-After, up to
+    THROTTLED_RETRIES times; a server that keeps throttling is an ApiError 429 in the end."""
+    calls: list[str] = []
+
+    class Throttling(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            calls.append(self.path)
+            status, body = (429, b"{}") if len(calls) <= throttled else (200, b'{"items": []}')
+            self.send_response(status)
+            if status == 429:
+                self.send_header("Retry-After", "0")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Throttling)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        api = kubeapi.CustomObjects(f"http://127.0.0.1:{httpd.server_address[1]}", None)
+        if answered == 200:
+            assert api.list_cluster_custom_object("specfleet.io", "v1alpha1", "speculativedeployments") == {"items": []}
+        else:
+            with pytest.raises(kubeapi.ApiError) as throttled_out:
+                api.list_cluster_custom_object("specfleet.io", "v1alpha1", "speculativedeployments")
+            assert kubeapi.error_status(throttled_out.value) == 429
+        assert len(calls) == min(throttled, kubeapi.THROTTLED_RETRIES) + 1
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_a_retry_after_is_read_as_seconds_and_capped() -> None:
+    assert kubeapi._retry_after("3") == 3.0
+    assert kubeapi._retry_after(None) == kubeapi._retry_after("soon") == 1.0
+    assert kubeapi._retry_after("3600") == kubeapi.MAX_RETRY_AFTER
