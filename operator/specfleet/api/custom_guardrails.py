@@ -52,7 +52,7 @@ _HISTOGRAM_SUFFIX_RE = "_" + _suffix_regex(NOT_A_HISTOGRAM_SUFFIXES)
 
 class RateGuardrail(ApiModel):
     """A share of events: `events` / `total`, both counters, judged canary against stable as the built-in
-    error rate is (each share bounded as Bernoulli counts, Newcombe's bounds on their difference)."""
+    error rate is (Wilson bounds on each share, Newcombe's bounds on their difference)."""
 
     events: MetricName
     """The counter of the events whose share is judged, e.g. `tool_calls_parsed_total`: its increase over

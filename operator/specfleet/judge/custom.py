@@ -1,8 +1,7 @@
 """User-defined guardrails (`guardrails.custom`), judged with the built-in guardrails' statistics. Pure.
 
-- a rate (`events` / `total`, two counters) as the error-rate increase is: each track's share bounded as
-  Bernoulli counts (`Look.share_bounds`: the beta-binomial confidence sequence when the look is one of a
-  sequence), Newcombe's hybrid bounds on their difference;
+- a rate (`events` / `total`, two counters) as the error-rate increase is: a Wilson bound on each track's
+  share, Newcombe's hybrid bounds on their difference, at the same confidence-sequence z;
 - a latency (a histogram's quantile) as the per-token p95 is: both tracks on the bucket bounds they share,
   the quantile's log standard error from the buckets, bounds on canary / stable - 1, kept only where the
   tracks carried comparable per-pod load.
@@ -21,7 +20,7 @@ from specfleet.api.status import Verdict
 from specfleet.judge import wording
 from specfleet.judge.evidence import CustomReading, TrackEvidence
 from specfleet.judge.verdicts import Check, Growth, at_load, bounded, difference_bounds, relative_bounds
-from specfleet.stats import Binned, common_bounds, log_quantile_se, requests_to_bound
+from specfleet.stats import Binned, common_bounds, log_quantile_se, requests_to_bound, wilson_bounds
 
 RESOLUTION = 0.1
 """A quantile inside a bucket wider than this (or than the regression limit, if larger) cannot be resolved:
@@ -46,7 +45,6 @@ class Looking(Protocol):
     def confidence(self) -> str: ...
     def load_ratio(self) -> float | None: ...
     def load_ratio_lower_bound(self) -> float | None: ...
-    def share_bounds(self, successes: float, trials: float, scale: float) -> tuple[float, float]: ...
 
 
 def _reading(evidence: TrackEvidence, name: str) -> CustomReading:
@@ -86,8 +84,9 @@ def _rate(look: Looking, guardrail: CustomGuardrail, rate: RateGuardrail) -> Che
     s_bad = s_total - s_events if rate.higher_is_better else s_events
 
     def bounds(factor: float) -> tuple[float, float]:
-        c_bounds = look.share_bounds(c_bad * factor, c_total * factor, rate.max_worsening)
-        s_bounds = look.share_bounds(s_bad * factor, s_total * factor, rate.max_worsening)
+        z = look.z(min(c_total, s_total) * factor)
+        c_bounds = wilson_bounds(c_bad * factor, c_total * factor, z)
+        s_bounds = wilson_bounds(s_bad * factor, s_total * factor, z)
         return difference_bounds(c_bad / c_total, c_bounds, s_bad / s_total, s_bounds)
 
     lowest, highest = bounds(1.0)

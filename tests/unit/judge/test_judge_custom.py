@@ -219,27 +219,3 @@ def test_every_guardrail_a_spec_can_hold_fits_in_the_analysis_status() -> None:
         checks=list(result.checks),
     )
     assert [c.guardrail for c in analysis.checks] == [c.guardrail for c in result.checks]
-
-
-def test_a_custom_rate_is_bounded_as_bernoulli_counts_as_the_error_guardrail_is() -> None:
-    """Tool-call errors counted as the requests' errors are: the custom rate's bounds are the built-in error
-    guardrail's (the beta-binomial confidence sequence, same budget), on a canary near the limit and a clean one."""
-    for seed, share in ((41, 0.012), (43, 0.0)):
-        canary, stable = track(seed=seed, error_share=share), track(seed=seed + 1, error_share=0.002)
-        canary, stable = (
-            with_custom(t, tool_call_errors=CustomReading(events=t.errors, total=t.requests)) for t in (canary, stable)
-        )
-        result = judged(guards(FAILED), canary, stable)
-        custom = check(result, "tool-call-errors")
-        built_in = next(c for c in result.checks if c.guardrail == "maxErrorRateIncrease")
-        assert (custom.lower, custom.upper) == pytest.approx((built_in.lower, built_in.upper))
-        assert custom.verdict is built_in.verdict
-
-
-def test_no_bad_events_pass_a_one_point_limit_in_the_events_the_error_guardrail_needs() -> None:
-    """0 failed tool calls of 1,000 on each track: the Bernoulli sequence shows the rise under 1 point, where
-    Wilson's bound at the sequence's z could not yet."""
-    canary, stable = pair(45, CustomReading(events=0.0, total=1000.0), CustomReading(events=0.0, total=1000.0),
-                          "tool-call-errors")  # fmt: skip
-    found = check(judged(guards(FAILED), canary, stable), "tool-call-errors")
-    assert found.verdict is Verdict.PASS and found.upper <= 0.01
