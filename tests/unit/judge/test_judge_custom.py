@@ -219,3 +219,13 @@ def test_every_guardrail_a_spec_can_hold_fits_in_the_analysis_status() -> None:
         checks=list(result.checks),
     )
     assert [c.guardrail for c in analysis.checks] == [c.guardrail for c in result.checks]
+
+
+def test_a_share_far_from_zero_is_bounded_as_tightly_as_its_counts_allow() -> None:
+    """Half of 200,000 events good on each track (a cache-hit share, say): the tracks are shown within 1 point.
+    A count sequence whose mixture sits near a 0 share, as the error guardrail's does, would still read the
+    difference +-5 points here (+-2.3 at a million), so a custom rate keeps Wilson's bound at the sequence's z."""
+    half = CustomReading(events=100_000.0, total=200_000.0)
+    canary, stable = pair(47, half, half, "tool-calls-parsed")
+    found = check(judged(guards(PARSED), canary, stable), "tool-calls-parsed")
+    assert found.verdict is Verdict.PASS and found.upper <= 0.01
