@@ -14,6 +14,7 @@ either can serve `specfleet.cli.rollouts`.
 import base64
 import http.client
 import json
+import math
 import os
 import ssl
 import sys
@@ -95,11 +96,12 @@ MAX_RETRY_AFTER = 10.0
 
 
 def _retry_after(header: str | None) -> float:
+    """The seconds a Retry-After header asks for; 1 s for a date, garbage or none (`nan` and `inf` included)."""
     try:
         seconds = float(header) if header is not None else 1.0
     except ValueError:
         seconds = 1.0
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER) if math.isfinite(seconds) else 1.0
 
 
 @dataclass

@@ -248,5 +248,5 @@ def test_an_api_server_that_throttles_is_asked_again_after_the_wait_it_gives(thr
 
 def test_a_retry_after_is_read_as_seconds_and_capped() -> None:
     assert kubeapi._retry_after("3") == 3.0
-    assert kubeapi._retry_after(None) == kubeapi._retry_after("soon") == 1.0
+    assert kubeapi._retry_after(None) == kubeapi._retry_after("soon") == kubeapi._retry_after("nan") == 1.0
     assert kubeapi._retry_after("3600") == kubeapi.MAX_RETRY_AFTER
